@@ -1,0 +1,63 @@
+"""The HTTP application: the AWS API on `POST /`, plus health, metrics and operator routes."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from dockyard.api.context import ServerState
+from dockyard.api.dispatch import Dispatcher
+from dockyard.api.metrics import ApiMetrics
+from dockyard.api.operator import clock_endpoint
+from dockyard.clock import monotonic
+
+
+def create_app(state: ServerState) -> Starlette:
+    dispatcher = Dispatcher(state)
+    metrics = ApiMetrics()
+
+    async def api(request: Request) -> Response:
+        started = monotonic()
+        body = await request.body()
+        scope = request.scope
+        result = await run_in_threadpool(
+            dispatcher.handle,
+            request.method,
+            scope.get("raw_path", b"/").decode("latin-1"),
+            scope.get("query_string", b"").decode("latin-1"),
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
+            body,
+        )
+        metrics.observe(result.operation, result.code, monotonic() - started)
+        return Response(result.body, result.status, headers=result.headers)
+
+    async def healthz(request: Request) -> Response:
+        def check() -> None:
+            with state.db.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+
+        try:
+            await run_in_threadpool(check)
+        except Exception as exc:  # the health check reports, it never raises
+            return JSONResponse({"status": "unhealthy", "database": str(exc)[:200]}, 503)
+        return JSONResponse(
+            {"status": "ok", "clock": state.clock.kind, "now": state.clock.now().isoformat()}
+        )
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    app = Starlette(
+        routes=[
+            Route("/", api, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),
+        ]
+    )
+    app.state.dockyard = state
+    return app

@@ -1,0 +1,44 @@
+"""What a handler knows about the request it serves and the server it runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dockyard.clock import Clock
+from dockyard.config import Settings
+from dockyard.secretbox import SecretBox
+from dockyard.store.db import Database
+
+
+@dataclass
+class ServerState:
+    """Everything long-lived the API needs, built once by `dockyard serve`."""
+
+    settings: Settings
+    db: Database
+    clock: Clock
+    box: SecretBox
+    operator_token: str
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    state: ServerState
+    account_id: str
+    region: str
+    access_key_id: str
+    policy: str | None
+    request_id: str
+
+    @property
+    def db(self) -> Database:
+        return self.state.db
+
+    @property
+    def clock(self) -> Clock:
+        return self.state.clock
+
+
+Handler = Callable[[RequestContext, dict[str, Any]], dict[str, Any]]

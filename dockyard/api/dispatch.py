@@ -1,0 +1,175 @@
+"""One API request, start to end: verify, route, validate, handle, serialise.
+
+Runs synchronously (in a worker thread): every step is short, and handlers only
+record intent in the database. Every failure becomes an AWS-shaped error; an
+unexpected exception is logged with its request id and answered as
+InternalFailure without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from dockyard.api import sigv4
+from dockyard.api.context import RequestContext, ServerState
+from dockyard.api.keys import KeyCache
+from dockyard.api.serialise import serialise_output
+from dockyard.api.shapes import ValidationError, parse_input
+from dockyard.api.targets import ServiceTarget, targets
+from dockyard.clock import wall_now
+from dockyard.services.errors import ServiceError
+
+log = logging.getLogger("dockyard.api")
+
+CONTENT_TYPE = "application/x-amz-json-1.1"
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    request_id: str
+    operation: str
+    code: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": CONTENT_TYPE, "x-amzn-requestid": self.request_id}
+        if self.status >= 400:
+            headers["x-amzn-errortype"] = self.code
+        return headers
+
+
+def _error(request_id: str, operation: str, code: str, message: str, status: int) -> Response:
+    body = json.dumps({"__type": code, "message": message}).encode()
+    return Response(status, body, request_id, operation, code)
+
+
+class Dispatcher:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.keys = KeyCache(state.db, state.box)
+        self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
+
+    def handle(
+        self,
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> Response:
+        request_id = str(uuid.uuid4())
+        operation = "-"
+        try:
+            target_header = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
+            operation = target_header or "-"
+            if len(body) > MAX_BODY_BYTES:
+                raise ApiError(
+                    "SerializationException",
+                    f"Request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}",
+                    413,
+                )
+            record_box: list[Any] = []
+
+            def secret_for(access_key_id: str) -> str | None:
+                record = self.keys.get(access_key_id)
+                if record is None:
+                    return None
+                record_box.append(record)
+                return record.secret_access_key
+
+            signed = sigv4.verify(
+                method=method,
+                raw_path=raw_path,
+                query_string=query_string,
+                headers=headers,
+                body=body,
+                secret_for=secret_for,
+                now=wall_now(),
+                max_skew=self.max_skew,
+            )
+            key = record_box[0]
+            service, name = self._route(target_header)
+            if signed.service != service.signing_name:
+                raise ApiError(
+                    "InvalidSignatureException",
+                    f"Credential should be scoped to correct service: '{service.signing_name}'.",
+                    403,
+                )
+            op_model = service.operation(name)
+            assert op_model is not None
+            # Validate first, so a bad request says what is wrong even where the
+            # operation itself is not implemented yet.
+            params = parse_input(op_model.input_shape, self._decode(body))
+            handler = service.handlers.get(name)
+            if handler is None:
+                raise ApiError(
+                    "NotImplementedException",
+                    f"dockyard does not implement {target_header} yet. It implements: "
+                    + ", ".join(sorted(service.handlers)),
+                )
+            ctx = RequestContext(
+                state=self.state,
+                account_id=key.account_id,
+                region=signed.region,
+                access_key_id=key.access_key_id,
+                policy=key.policy,
+                request_id=request_id,
+            )
+            result = handler(ctx, params)
+            payload = serialise_output(op_model.output_shape, result)
+            return Response(200, json.dumps(payload).encode(), request_id, operation, "OK")
+        except sigv4.AuthError as exc:
+            return _error(request_id, operation, exc.code, exc.message, exc.status)
+        except ApiError as exc:
+            return _error(request_id, operation, exc.code, exc.message, exc.status)
+        except ValidationError as exc:
+            return _error(request_id, operation, "ValidationException", exc.message, 400)
+        except ServiceError as exc:
+            return _error(request_id, operation, exc.code, exc.message, exc.status)
+        except Exception:
+            log.exception("internal error serving %s (request %s)", operation, request_id)
+            return _error(
+                request_id,
+                operation,
+                "InternalFailure",
+                "dockyard failed to process the request; "
+                f"the server log has request id {request_id}",
+                500,
+            )
+
+    @staticmethod
+    def _route(target_header: str) -> tuple[ServiceTarget, str]:
+        prefix, _, name = target_header.rpartition(".")
+        service = targets().get(prefix)
+        if service is None or service.operation(name) is None:
+            shown = target_header[:200] if target_header else "(no X-Amz-Target header)"
+            raise ApiError("UnknownOperationException", f"Unknown operation {shown}")
+        return service, name
+
+    @staticmethod
+    def _decode(body: bytes) -> Any:
+        if not body.strip():
+            return {}
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise ApiError(
+                "SerializationException", f"The request body is not valid JSON: {exc}"
+            ) from exc

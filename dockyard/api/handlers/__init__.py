@@ -1,0 +1,1 @@
+"""One module per resource; each maps operation names to thin handler functions."""

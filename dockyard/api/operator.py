@@ -1,0 +1,70 @@
+"""Operator-only endpoints (ours, not AWS's): moving the manual clock.
+
+Refused unless the caller presents the operator token from the data dir, and, for
+changes, unless the server runs with `--clock manual`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from dockyard.api.context import ServerState
+from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
+from dockyard.services import clock_state
+
+OPERATOR_HEADER = "x-dockyard-operator-key"
+
+
+def _denied(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"__type": "AccessDeniedException", "message": message}, status)
+
+
+def _authorised(state: ServerState, request: Request) -> bool:
+    presented = request.headers.get(OPERATOR_HEADER, "")
+    return bool(presented) and hmac.compare_digest(presented, state.operator_token)
+
+
+def _clock_view(state: ServerState) -> dict[str, Any]:
+    return {"kind": state.clock.kind, "now": state.clock.now().isoformat()}
+
+
+async def clock_endpoint(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.dockyard
+    if not _authorised(state, request):
+        return _denied(
+            "operator endpoints need the operator key from the server's data dir "
+            f"(header {OPERATOR_HEADER})",
+            403,
+        )
+    if request.method == "GET":
+        return JSONResponse(_clock_view(state))
+    clock = state.clock
+    if not isinstance(clock, ManualClock):
+        return JSONResponse(
+            {
+                "__type": "ConflictException",
+                "message": "the server runs on the real clock; start it with --clock manual "
+                "to move time by hand",
+            },
+            409,
+        )
+    try:
+        body = json.loads(await request.body() or b"{}")
+        if not isinstance(body, dict):
+            raise ClockError("the body must be a JSON object")
+        if "advance" in body:
+            clock.advance(parse_duration(str(body["advance"])))
+        elif "set" in body:
+            clock.set(parse_instant(str(body["set"])))
+        else:
+            raise ClockError('say {"advance": "2h"} or {"set": "2026-01-01T00:00:00Z"}')
+    except (ClockError, ValueError) as exc:
+        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+    with state.db.session() as session:
+        clock_state.save(session, clock.now())
+    return JSONResponse(_clock_view(state))

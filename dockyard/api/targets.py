@@ -1,0 +1,47 @@
+"""The explicit table of what dockyard answers: X-Amz-Target prefix -> service -> handlers.
+
+Services are described by botocore's own model, so adding CloudWatch Logs or Service
+Quotas later is one more entry here plus its handler modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+import botocore.session
+from botocore.model import OperationModel, ServiceModel
+
+from dockyard.api.context import Handler
+from dockyard.api.handlers import training_jobs
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    model: ServiceModel
+    handlers: dict[str, Handler] = field(default_factory=dict)
+
+    @property
+    def signing_name(self) -> str:
+        return str(self.model.signing_name)
+
+    def operation(self, name: str) -> OperationModel | None:
+        if name not in self.model.operation_names:
+            return None
+        return self.model.operation_model(name)
+
+
+@cache
+def _model(name: str) -> ServiceModel:
+    return botocore.session.get_session().get_service_model(name)
+
+
+def _sagemaker() -> ServiceTarget:
+    return ServiceTarget(_model("sagemaker"), {**training_jobs.HANDLERS})
+
+
+@cache
+def targets() -> dict[str, ServiceTarget]:
+    """Target prefix (as in `X-Amz-Target: SageMaker.ListTrainingJobs`) -> service."""
+    services = [_sagemaker()]
+    return {str(s.model.metadata["targetPrefix"]): s for s in services}

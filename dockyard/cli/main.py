@@ -1,0 +1,28 @@
+"""The `dockyard` command."""
+
+from __future__ import annotations
+
+import typer
+
+from dockyard import __version__
+from dockyard.cli import accounts, clock, serve
+
+app = typer.Typer(
+    help="dockyard: GPU training capacity behind the SageMaker API.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("serve")(serve.serve)
+app.add_typer(accounts.accounts_app, name="accounts")
+app.add_typer(accounts.keys_app, name="keys")
+app.add_typer(clock.app, name="clock")
+
+
+@app.command()
+def version() -> None:
+    """Print dockyard's version."""
+    typer.echo(__version__)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,83 @@
+"""`dockyard serve`: run the API server."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dockyard.cli.common import console, fail
+from dockyard.config import ConfigError, load_settings
+
+
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [default: 127.0.0.1].")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8080].")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the database, keys and credentials live [default: ./.dockyard]."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="A TOML config file (see docs/configuration.md)."),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db "
+            "[default: SQLite in the data dir]."
+        ),
+    ] = None,
+    clock: Annotated[
+        str | None,
+        typer.Option(
+            help="real, or manual: time moves only with `dockyard clock` [default: real]."
+        ),
+    ] = None,
+) -> None:
+    """Serve the SageMaker API (POST /), /healthz and /metrics."""
+    import uvicorn
+
+    from dockyard.server import build
+
+    try:
+        settings = load_settings(
+            config, host=host, port=port, data_dir=data_dir, database_url=database_url, clock=clock
+        )
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    server = build(settings)
+    dev = server.development
+    endpoint = f"http://{settings.host}:{settings.port}"
+    console.print(f"[bold]dockyard[/bold] listening on {endpoint} ({settings.clock} clock)")
+    console.print(f"database: {_redact(settings.resolved_database_url)}")
+    console.print(
+        f"development account {dev.account_id}: credentials in {dev.credentials_file}"
+        + (" (new)" if dev.created else "")
+    )
+    console.print(f"  aws_access_key_id     = {dev.access_key_id}")
+    console.print(f"  aws_secret_access_key = {dev.secret_access_key}")
+    console.print("use them with:")
+    console.print(f"  export AWS_SHARED_CREDENTIALS_FILE={dev.credentials_file.resolve()}")
+    console.print(f"  export AWS_CONFIG_FILE={dev.config_file.resolve()}")
+    console.print(f"  aws sagemaker list-training-jobs --endpoint-url {endpoint}")
+    uvicorn.run(
+        server.app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+    )
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

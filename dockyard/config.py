@@ -1,0 +1,92 @@
+"""One typed settings object, read from a TOML file, then the environment, then flags.
+
+Layering (later wins): built-in defaults < `--config FILE` < `DOCKYARD_*` environment
+variables < command-line flags. Nothing here touches the database or the network.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ENDPOINT_URL = "http://127.0.0.1:8080"
+DEFAULT_DATA_DIR = "./.dockyard"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    # Empty means SQLite at <data_dir>/dockyard.db.
+    database_url: str = ""
+    clock: str = "real"
+    # Region answered when a request is not otherwise scoped (CLI defaults, ARNs in docs).
+    default_region: str = "us-east-1"
+    # How far a request's signing time may be from the server's clock (AWS uses 15 minutes).
+    max_clock_skew_seconds: int = 900
+    log_level: str = "info"
+    # Sections later issues read (fleet, prices, quotas ...) are kept whole.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'dockyard.db').resolve()}"
+
+
+_ENV_PREFIX = "DOCKYARD_"
+
+
+def _coerce(name: str, value: Any) -> Any:
+    target = {f.name: f for f in fields(Settings)}[name]
+    try:
+        if target.type in ("int", int):
+            return int(value)
+        if target.type in ("Path", Path):
+            return Path(str(value)).expanduser()
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {name!r} must be a {target.type} (got {value!r})") from exc
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from the file, the environment and explicit overrides (None = unset)."""
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    known = {f.name for f in fields(Settings)} - {"extra"}
+    if config_file is not None:
+        try:
+            raw = tomllib.loads(Path(config_file).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {config_file} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from exc
+        server = raw.pop("server", {})
+        if not isinstance(server, dict):
+            raise ConfigError("[server] in the config file must be a table")
+        for key, value in server.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise ConfigError(f"unknown setting [server].{key} in {config_file}")
+            values[name] = _coerce(name, value)
+        extra = raw
+    for name in known:
+        env = os.environ.get(_ENV_PREFIX + name.upper())
+        if env is not None and env != "":
+            values[name] = _coerce(name, env)
+    for name, value in overrides.items():
+        if value is not None:
+            values[name] = _coerce(name, value)
+    settings = replace(Settings(), **values, extra=extra)
+    if settings.clock not in ("real", "manual"):
+        raise ConfigError(f"clock must be real or manual (got {settings.clock!r})")
+    return settings

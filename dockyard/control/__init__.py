@@ -1,0 +1,1 @@
+"""Reconcilers and the scheduler loop: the only callers of a compute backend."""

@@ -1,0 +1,12 @@
+"""ARNs shaped like AWS's, so clients that parse them keep working."""
+
+from __future__ import annotations
+
+
+def arn(region: str, account_id: str, resource_type: str, name: str) -> str:
+    return f"arn:aws:sagemaker:{region}:{account_id}:{resource_type}/{name}"
+
+
+def training_job_arn(region: str, account_id: str, name: str) -> str:
+    # SageMaker lower-cases the name in training-job ARNs.
+    return arn(region, account_id, "training-job", name.lower())

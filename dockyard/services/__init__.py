@@ -1,0 +1,1 @@
+"""Application operations, one module per resource; each function is one transaction."""

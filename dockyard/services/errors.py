@@ -1,0 +1,36 @@
+"""Errors a service raises; the API layer turns each into its AWS error code."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    code = "InternalFailure"
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ValidationException(ServiceError):
+    code = "ValidationException"
+
+
+class ResourceNotFound(ServiceError):
+    code = "ResourceNotFound"
+
+
+class ResourceInUse(ServiceError):
+    code = "ResourceInUse"
+
+
+class ResourceLimitExceeded(ServiceError):
+    code = "ResourceLimitExceeded"
+
+
+class ConflictException(ServiceError):
+    code = "ConflictException"
+
+
+class AccessDeniedException(ServiceError):
+    code = "AccessDeniedException"

@@ -1,0 +1,78 @@
+"""Identity: every request is SigV4-verified; the failures answer AWS's codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.harness import DockyardServer, signed_post
+
+TARGET = "SageMaker.ListTrainingJobs"
+
+
+def test_valid_signature_passes(server: DockyardServer) -> None:
+    status, body = signed_post(server, TARGET, b"{}")
+    assert status == 200 and body["TrainingJobSummaries"] == []
+
+
+def test_unknown_access_key(server: DockyardServer) -> None:
+    status, error = signed_post(server, TARGET, b"{}", key=("AKIANOTAREALKEY00000", "whatever"))
+    assert (status, error["__type"]) == (403, "UnrecognizedClientException")
+
+
+def test_wrong_secret(server: DockyardServer) -> None:
+    access_key, _ = server.credentials()
+    status, error = signed_post(server, TARGET, b"{}", key=(access_key, "x" * 40))
+    assert (status, error["__type"]) == (403, "InvalidSignatureException")
+    assert "signature we calculated does not match" in error["message"]
+
+
+def test_body_changed_after_signing(server: DockyardServer) -> None:
+    status, error = signed_post(server, TARGET, b'{"MaxResults": 5}', tamper=b'{"MaxResults": 6}')
+    assert (status, error["__type"]) == (403, "InvalidSignatureException")
+
+
+@pytest.mark.parametrize("minutes", [-20, 20])
+def test_stale_or_future_date(server: DockyardServer, minutes: int) -> None:
+    when = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(minutes=minutes)
+    status, error = signed_post(server, TARGET, b"{}", signed_at=when)
+    assert (status, error["__type"]) == (403, "InvalidSignatureException")
+    assert (
+        "Signature expired" in error["message"] or "Signature not yet current" in error["message"]
+    )
+
+
+def test_small_skew_is_tolerated(server: DockyardServer) -> None:
+    when = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=4)
+    status, _ = signed_post(server, TARGET, b"{}", signed_at=when)
+    assert status == 200
+
+
+def test_missing_authentication(server: DockyardServer) -> None:
+    status, error = signed_post(server, TARGET, b"{}", sign=False)
+    assert (status, error["__type"]) == (403, "MissingAuthenticationTokenException")
+
+
+def test_credentials_scoped_to_another_service(server: DockyardServer) -> None:
+    status, error = signed_post(server, TARGET, b"{}", service="s3")
+    assert (status, error["__type"]) == (403, "InvalidSignatureException")
+    assert "'sagemaker'" in error["message"]
+
+
+def test_boto3_sees_auth_errors_as_client_errors(server: DockyardServer) -> None:
+    client = server.client(key=("AKIANOTAREALKEY00000", "nope"))
+    with pytest.raises(ClientError) as excinfo:
+        client.list_training_jobs()
+    assert excinfo.value.response["Error"]["Code"] == "UnrecognizedClientException"
+
+
+def test_secret_is_not_stored_in_clear(server: DockyardServer) -> None:
+    _, secret = server.credentials()
+    for path in server.data_dir.glob("dockyard.db*"):
+        assert secret.encode() not in path.read_bytes(), path
+    assert oct((server.data_dir / "credentials").stat().st_mode & 0o777) == "0o600"
+    # Printed once in the start-up banner for the person who ran `make run`, never in a log line.
+    lines = [line for line in server.log_path.read_text().splitlines() if secret in line]
+    assert len(lines) == 1 and "aws_secret_access_key" in lines[0]

@@ -1,0 +1,199 @@
+"""A real dockyard server on a loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+REPO = Path(__file__).resolve().parents[1]
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def dockyard_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dockyard.cli.main", *args]
+
+
+def run_cli(
+    *args: str, data_dir: Path, check: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        dockyard_command(*args),
+        cwd=REPO,
+        env={**os.environ, "DOCKYARD_DATA_DIR": str(data_dir), "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
+    )
+
+
+class DockyardServer:
+    def __init__(self, data_dir: Path, *, clock: str = "real", database_url: str | None = None):
+        self.data_dir = data_dir
+        self.clock = clock
+        self.database_url = database_url
+        self.port = free_port()
+        self.process: subprocess.Popen[str] | None = None
+        self.log_path = data_dir / "server.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> DockyardServer:
+        args = [
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--clock",
+            self.clock,
+        ]
+        if self.database_url:
+            args += ["--database-url", self.database_url]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")  # noqa: SIM115 - the child process owns it
+        self.process = subprocess.Popen(
+            dockyard_command(*args), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dockyard exited early:\n{self.log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(self.endpoint + "/healthz", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"dockyard did not become healthy:\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, as in a crash."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def credentials(self) -> tuple[str, str]:
+        parser = configparser.ConfigParser()
+        parser.read(self.data_dir / "credentials")
+        return parser["default"]["aws_access_key_id"], parser["default"]["aws_secret_access_key"]
+
+    def client(
+        self,
+        service: str = "sagemaker",
+        key: tuple[str, str] | None = None,
+        region: str = REGION,
+        **config: Any,
+    ) -> Any:
+        access_key, secret = key or self.credentials()
+        return boto3.session.Session().client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=region,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret,
+            config=Config(retries={"max_attempts": 1}, **config),
+        )
+
+    def aws_env(self) -> dict[str, str]:
+        """Environment for the `aws` CLI, as the README tells a person to set it."""
+        return {
+            **os.environ,
+            "AWS_SHARED_CREDENTIALS_FILE": str(self.data_dir / "credentials"),
+            "AWS_CONFIG_FILE": str(self.data_dir / "config"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def new_account(self, name: str) -> tuple[str, tuple[str, str]]:
+        """Create an account and a key with the operator CLI; returns (account id, key)."""
+        extra = ["--database-url", self.database_url] if self.database_url else []
+        out = run_cli("accounts", "create", name, *extra, data_dir=self.data_dir).stdout
+        account_id = out.split()[2]
+        out = run_cli(
+            "keys", "create", "--account", account_id, *extra, data_dir=self.data_dir
+        ).stdout
+        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+        return account_id, (
+            fields["aws_access_key_id"].strip(),
+            fields["aws_secret_access_key"].strip(),
+        )
+
+
+def signed_post(
+    server: DockyardServer,
+    target: str,
+    body: bytes,
+    *,
+    key: tuple[str, str] | None = None,
+    service: str = "sagemaker",
+    region: str = REGION,
+    signed_at: Any = None,
+    sign: bool = True,
+    tamper: bytes | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """POST a raw body, SigV4-signed by botocore's own signer (optionally at another time)."""
+    import datetime as _dt
+    import http.client
+    import json
+    from unittest import mock
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    access_key, secret = key or server.credentials()
+    request = AWSRequest(
+        method="POST",
+        url=server.endpoint + "/",
+        data=body,
+        headers={"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"},
+    )
+    if sign:
+        when = signed_at or _dt.datetime.now(_dt.UTC).replace(tzinfo=None)
+        with mock.patch("botocore.auth.get_current_datetime", return_value=when):
+            SigV4Auth(Credentials(access_key, secret), service, region).add_auth(request)
+    prepared = request.prepare()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/",
+            body=tamper if tamper is not None else body,
+            headers=dict(prepared.headers),
+        )
+        response = connection.getresponse()
+        payload = response.read()
+    finally:
+        connection.close()
+    try:
+        decoded = json.loads(payload) if payload else {}
+    except ValueError:
+        decoded = {"raw": payload.decode(errors="replace")}
+    return response.status, decoded

@@ -1,0 +1,74 @@
+"""Accounts, keys and scoped queries on both databases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from dockyard.secretbox import SecretBox
+from dockyard.services import accounts, training_jobs
+from dockyard.services.errors import ConflictException, ResourceNotFound, ValidationException
+from dockyard.store import migrate
+from dockyard.store.db import Database
+from tests.fixtures import insert_training_jobs
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(database_url: str):
+    database = Database(database_url)
+    migrate.upgrade(database)
+    yield database
+    database.dispose()
+
+
+def test_accounts_and_keys_round_trip(db: Database, tmp_path: Path) -> None:
+    box = SecretBox.for_data_dir(tmp_path)
+    with db.session() as session:
+        account = accounts.create_account(session, NOW, "team-a")
+        assert len(account.id) == 12 and account.id.isdigit()
+        creds = accounts.create_access_key(session, NOW, box, "team-a")
+    with db.session() as session:
+        record = accounts.lookup_key(session, box, creds.access_key_id)
+        assert record is not None
+        assert record.account_id == account.id
+        assert record.secret_access_key == creds.secret_access_key
+        assert accounts.lookup_key(session, box, "AKIAUNKNOWN") is None
+        stored = accounts.list_access_keys(session, account.id)[0].secret_ciphertext
+        assert creds.secret_access_key not in stored
+
+
+def test_account_rules(db: Database) -> None:
+    with db.session() as session:
+        accounts.create_account(session, NOW, "dup", account_id="111122223333")
+    with pytest.raises(ConflictException), db.session() as session:
+        accounts.create_account(session, NOW, "dup")
+    with pytest.raises(ValidationException), db.session() as session:
+        accounts.create_account(session, NOW, "other", account_id="12345")
+    with pytest.raises(ResourceNotFound), db.session() as session:
+        accounts.find_account(session, "nobody")
+
+
+def test_queries_are_scoped_by_account_and_region(db: Database) -> None:
+    with db.session() as session:
+        a = accounts.create_account(session, NOW, "a").id
+        b = accounts.create_account(session, NOW, "b").id
+    insert_training_jobs(db.url, a, ["same", "only-a"])
+    insert_training_jobs(db.url, b, ["same"])
+    insert_training_jobs(db.url, a, ["west"], region="us-west-2")
+    with db.session() as session:
+        listed = training_jobs.list_training_jobs(session, a, "us-east-1", {})
+        assert [s["TrainingJobName"] for s in listed["TrainingJobSummaries"]] == ["same", "only-a"]
+        assert (
+            b
+            in training_jobs.describe_training_job(session, b, "us-east-1", "same")[
+                "TrainingJobArn"
+            ]
+        )
+        with pytest.raises(ResourceNotFound):
+            training_jobs.describe_training_job(session, b, "us-east-1", "only-a")
+        with pytest.raises(ResourceNotFound):
+            training_jobs.describe_training_job(session, a, "us-east-1", "west")
