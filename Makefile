@@ -32,6 +32,7 @@ bench: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check dockyard tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .dockyard

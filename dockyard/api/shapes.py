@@ -339,6 +339,7 @@ def _blob_validator(shape: Shape, compiler: Compiler) -> Validator:
     length = _length_rules(*bounds(shape))
 
     def check(value: Any, path: Path, errors: Errors) -> Any:
+        data: bytes | None
         if isinstance(value, (bytes, bytearray)):
             data = bytes(value)
         else:
@@ -364,7 +365,7 @@ def _list_validator(shape: Shape, compiler: Compiler) -> Validator:
             errors.append((_VALUE, value, path, "Member must be a JSON array"))
             return value
         length(len(value), value, path, errors)
-        out = []
+        out: list[Any] = []
         for index, item in enumerate(value):
             if item is None:
                 errors.append((_VALUE, _NULL, (path, index), "Member must not be null"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dockyard.services.errors import ValidationException
@@ -52,8 +52,8 @@ def decode_token(token: str | None, query: Mapping[str, Any]) -> int:
 
 
 def page(
-    rows: list[Any], offset: int, max_results: int, query: Mapping[str, Any]
-) -> tuple[list[Any], str | None]:
+    rows: Sequence[Any], offset: int, max_results: int, query: Mapping[str, Any]
+) -> tuple[Sequence[Any], str | None]:
     """Cut one page from rows fetched as [offset, offset + max_results + 1)."""
     if len(rows) > max_results:
         return rows[:max_results], encode_token(offset + max_results, query)

@@ -2,96 +2,127 @@
 
 Every query is scoped by (account, region): a name in another account is simply
 not found, exactly as on AWS.
+
+These are the hottest reads of the API, so they run as SQLAlchemy Core statements
+built once per query shape with bound parameters, on a plain connection: building
+an ORM statement and loading ORM objects cost several times the query itself.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Select, bindparam, func, select
 
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.tables import TrainingJob
 
+JOBS = TrainingJob.__table__
+_SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
+_SUMMARY = (
+    JOBS.c.id,
+    JOBS.c.name,
+    JOBS.c.arn,
+    JOBS.c.creation_time,
+    JOBS.c.training_end_time,
+    JOBS.c.last_modified_time,
+    JOBS.c.status,
+    JOBS.c.secondary_status,
+    JOBS.c.warm_pool_status,
+    JOBS.c.training_plan_arn,
+)
+_DESCRIBE = select(*_SUMMARY, JOBS.c.spec).where(*_SCOPE, JOBS.c.name == bindparam("name"))
+
+# Filter member -> the condition it adds, with a bound parameter named after the member.
+_FILTERS = {
+    "CreationTimeAfter": lambda: JOBS.c.creation_time > bindparam("CreationTimeAfter"),
+    "CreationTimeBefore": lambda: JOBS.c.creation_time < bindparam("CreationTimeBefore"),
+    "LastModifiedTimeAfter": lambda: (
+        JOBS.c.last_modified_time > bindparam("LastModifiedTimeAfter")
+    ),
+    "LastModifiedTimeBefore": lambda: (
+        JOBS.c.last_modified_time < bindparam("LastModifiedTimeBefore")
+    ),
+    "NameContains": lambda: func.lower(JOBS.c.name).contains(
+        bindparam("NameContains"), escape="/"
+    ),
+    "StatusEquals": lambda: JOBS.c.status == bindparam("StatusEquals"),
+    "WarmPoolStatusEquals": lambda: JOBS.c.warm_pool_status == bindparam("WarmPoolStatusEquals"),
+    "TrainingPlanArnEquals": lambda: (
+        JOBS.c.training_plan_arn == bindparam("TrainingPlanArnEquals")
+    ),
+}
 _SORT_COLUMNS = {
-    "Name": TrainingJob.name,
-    "CreationTime": TrainingJob.creation_time,
-    "Status": TrainingJob.status,
+    "Name": JOBS.c.name,
+    "CreationTime": JOBS.c.creation_time,
+    "Status": JOBS.c.status,
 }
 
 
-def _find(session: Session, account_id: str, region: str, name: str) -> TrainingJob:
-    job = session.scalar(
-        select(TrainingJob).where(
-            TrainingJob.account_id == account_id,
-            TrainingJob.region == region,
-            TrainingJob.name == name,
-        )
-    )
+def describe_training_job(
+    connection: Connection, account_id: str, region: str, name: str
+) -> dict[str, Any]:
+    job = connection.execute(
+        _DESCRIBE, {"account_id": account_id, "region": region, "name": name}
+    ).first()
     if job is None:
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"
         )
-    return job
-
-
-def describe_training_job(
-    session: Session, account_id: str, region: str, name: str
-) -> dict[str, Any]:
-    job = _find(session, account_id, region, name)
     return {
         **job.spec,
         "TrainingJobName": job.name,
         "TrainingJobArn": job.arn,
         "TrainingJobStatus": job.status,
         "SecondaryStatus": job.secondary_status,
-        "WarmPoolStatus": job.spec.get("WarmPoolStatus"),
         "CreationTime": job.creation_time,
         "LastModifiedTime": job.last_modified_time,
         "TrainingEndTime": job.training_end_time,
     }
 
 
-def _filtered(account_id: str, region: str, params: dict[str, Any]) -> Select[tuple[TrainingJob]]:
-    query = select(TrainingJob).where(
-        TrainingJob.account_id == account_id, TrainingJob.region == region
+@cache
+def _list_statement(filters: tuple[str, ...], sort_by: str, descending: bool) -> Select[Any]:
+    column = _SORT_COLUMNS[sort_by]
+    order = (column.desc(), JOBS.c.id.desc()) if descending else (column.asc(), JOBS.c.id.asc())
+    return (
+        select(*_SUMMARY)
+        .where(*_SCOPE, *(_FILTERS[name]() for name in filters))
+        .order_by(*order)
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
     )
-    if "CreationTimeAfter" in params:
-        query = query.where(TrainingJob.creation_time > params["CreationTimeAfter"])
-    if "CreationTimeBefore" in params:
-        query = query.where(TrainingJob.creation_time < params["CreationTimeBefore"])
-    if "LastModifiedTimeAfter" in params:
-        query = query.where(TrainingJob.last_modified_time > params["LastModifiedTimeAfter"])
-    if "LastModifiedTimeBefore" in params:
-        query = query.where(TrainingJob.last_modified_time < params["LastModifiedTimeBefore"])
-    if params.get("NameContains"):
-        query = query.where(
-            func.lower(TrainingJob.name).contains(params["NameContains"].lower(), autoescape=True)
-        )
-    if "StatusEquals" in params:
-        query = query.where(TrainingJob.status == params["StatusEquals"])
-    if "WarmPoolStatusEquals" in params:
-        query = query.where(TrainingJob.warm_pool_status == params["WarmPoolStatusEquals"])
-    if "TrainingPlanArnEquals" in params:
-        query = query.where(TrainingJob.training_plan_arn == params["TrainingPlanArnEquals"])
-    column = _SORT_COLUMNS[params.get("SortBy", "CreationTime")]
-    if params.get("SortOrder", "Ascending") == "Descending":
-        return query.order_by(column.desc(), TrainingJob.id.desc())
-    return query.order_by(column.asc(), TrainingJob.id.asc())
 
 
 def list_training_jobs(
-    session: Session, account_id: str, region: str, params: dict[str, Any]
+    connection: Connection, account_id: str, region: str, params: dict[str, Any]
 ) -> dict[str, Any]:
     max_results = params.get("MaxResults", 10)
     offset = decode_token(params.get("NextToken"), params)
-    rows = list(
-        session.scalars(
-            _filtered(account_id, region, params).offset(offset).limit(max_results + 1)
-        )
+    filters = tuple(name for name in _FILTERS if params.get(name) not in (None, ""))
+    statement = _list_statement(
+        filters,
+        params.get("SortBy", "CreationTime"),
+        params.get("SortOrder", "Ascending") == "Descending",
     )
+    values = {name: params[name] for name in filters}
+    if "NameContains" in values:
+        # Escaped here because a bound LIKE operand cannot use SQLAlchemy's autoescape.
+        values["NameContains"] = (
+            values["NameContains"].lower().replace("/", "//").replace("%", "/%").replace("_", "/_")
+        )
+    rows = connection.execute(
+        statement,
+        {
+            **values,
+            "account_id": account_id,
+            "region": region,
+            "offset": offset,
+            "limit": max_results + 1,
+        },
+    ).all()
     jobs, next_token = page(rows, offset, max_results, params)
     summaries = [
         {

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -59,6 +59,12 @@ class Database:
         """One transaction: committed when the block ends, rolled back if it raises."""
         with self._sessions.begin() as session:
             yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A plain connection for reads on the hot path: no ORM session to set up."""
+        with self.engine.connect() as connection:
+            yield connection
 
     def dispose(self) -> None:
         self.engine.dispose()

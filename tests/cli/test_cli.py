@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.harness import REPO, run_cli
+from tests.harness import run_cli
 
 
 def test_help_lists_the_commands(tmp_path: Path) -> None:
@@ -40,9 +38,3 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     config.write_text("[server]\nprot = 80\n")
     result = run_cli("serve", "--config", str(config), data_dir=tmp_path, check=False)
     assert result.returncode != 0 and "unknown setting [server].prot" in result.stderr
-
-
-def test_import_layers_hold() -> None:
-    lint_imports = Path(sys.executable).parent / "lint-imports"
-    result = subprocess.run([str(lint_imports)], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr

@@ -59,7 +59,7 @@ def test_queries_are_scoped_by_account_and_region(db: Database) -> None:
     insert_training_jobs(db.url, a, ["same", "only-a"])
     insert_training_jobs(db.url, b, ["same"])
     insert_training_jobs(db.url, a, ["west"], region="us-west-2")
-    with db.session() as session:
+    with db.read() as session:
         listed = training_jobs.list_training_jobs(session, a, "us-east-1", {})
         assert [s["TrainingJobName"] for s in listed["TrainingJobSummaries"]] == ["same", "only-a"]
         assert (
@@ -72,3 +72,21 @@ def test_queries_are_scoped_by_account_and_region(db: Database) -> None:
             training_jobs.describe_training_job(session, b, "us-east-1", "only-a")
         with pytest.raises(ResourceNotFound):
             training_jobs.describe_training_job(session, a, "us-east-1", "west")
+
+
+def test_name_contains_is_literal_and_case_insensitive(db: Database) -> None:
+    with db.session() as session:
+        a = accounts.create_account(session, NOW, "names").id
+    insert_training_jobs(db.url, a, ["Alpha-One", "beta-two", "gamma"])
+    with db.read() as connection:
+
+        def names(fragment: str) -> list[str]:
+            listed = training_jobs.list_training_jobs(
+                connection, a, "us-east-1", {"NameContains": fragment}
+            )
+            return [s["TrainingJobName"] for s in listed["TrainingJobSummaries"]]
+
+        assert names("ALPHA") == ["Alpha-One"]
+        assert names("-t") == ["beta-two"]
+        # LIKE wildcards in the fragment are matched literally, never as wildcards.
+        assert names("%") == [] and names("_") == [] and names("a%a") == []

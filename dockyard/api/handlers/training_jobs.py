@@ -9,15 +9,15 @@ from dockyard.services import training_jobs
 
 
 def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
-    with ctx.db.session() as session:
+    with ctx.db.read() as connection:
         return training_jobs.describe_training_job(
-            session, ctx.account_id, ctx.region, params["TrainingJobName"]
+            connection, ctx.account_id, ctx.region, params["TrainingJobName"]
         )
 
 
 def list_training_jobs(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
-    with ctx.db.session() as session:
-        return training_jobs.list_training_jobs(session, ctx.account_id, ctx.region, params)
+    with ctx.db.read() as connection:
+        return training_jobs.list_training_jobs(connection, ctx.account_id, ctx.region, params)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` runs them and prints a report; nothing here asserts on timing."""
