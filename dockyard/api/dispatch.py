@@ -29,6 +29,7 @@ log = logging.getLogger("dockyard.api")
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
 MAX_BODY_BYTES = 4 * 1024 * 1024
+READ_ONLY_PREFIXES = ("Describe", "List", "Get")
 
 
 class ApiError(Exception):
@@ -65,6 +66,15 @@ class Dispatcher:
         self.state = state
         self.keys = KeyCache(state.db, state.box)
         self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
+        # SQLite reads are page-cache lookups of a few microseconds and never wait on a
+        # writer in WAL mode, so read-only operations run on the event loop: handing them
+        # to a worker thread costs more than the read. Everything else (writes, and any
+        # query that crosses a network to PostgreSQL) goes to the thread pool.
+        self.inline_reads = state.db.dialect == "sqlite"
+
+    def runs_inline(self, target: str) -> bool:
+        operation = target.rpartition(".")[2]
+        return self.inline_reads and operation.startswith(READ_ONLY_PREFIXES)
 
     def handle(
         self,

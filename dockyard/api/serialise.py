@@ -34,6 +34,9 @@ def _build_serialiser(shape: Shape, compiler: Compiler) -> Serialiser:
 
 
 def _epoch(value: Any) -> int | float:
+    if type(value) is datetime and value.tzinfo is not None:  # the common case, fast
+        stamp = value.timestamp()
+        return int(stamp) if stamp.is_integer() else stamp
     if isinstance(value, datetime):
         moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     elif isinstance(value, date):
@@ -84,6 +87,8 @@ def _scalar_serialiser(shape: Shape, compiler: Compiler) -> Serialiser:
 
 def _string_serialiser(shape: Shape, compiler: Compiler) -> Serialiser:
     def serialise(value: Any) -> Any:
+        if type(value) is str:
+            return value
         if isinstance(value, Enum):
             value = value.value
         return value if isinstance(value, str) else str(value)
