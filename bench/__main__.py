@@ -11,11 +11,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import api_throughput
+from bench import api_throughput, offering_search
 
 # name -> run(quick) -> goal met (and no failed requests)
 BENCHMARKS: dict[str, Callable[[bool], bool]] = {
     "api_throughput": lambda quick: api_throughput.run(quick=quick),
+    "offering_search": lambda quick: offering_search.run(quick=quick),
 }
 
 

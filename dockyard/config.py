@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,66 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     if settings.clock not in ("real", "manual"):
         raise ConfigError(f"clock must be real or manual (got {settings.clock!r})")
     return settings
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """Fleet, prices, quotas and budgets: the config's [[fleet]], [prices], [quotas], [billing]."""
+
+    fleet: tuple[dict[str, Any], ...]
+    prices: dict[str, Decimal]
+    currency: str
+    reserved_instance_quota: int
+    reserved_instance_quotas: dict[str, int]
+    default_budget: Decimal | None
+    budgets: dict[str, Decimal | None]
+    offering_ttl_seconds: int
+
+
+def _money(value: Any, where: str) -> Decimal | None:
+    if isinstance(value, str) and value.lower() == "unlimited":
+        return None
+    try:
+        amount = Decimal(str(value))
+    except ArithmeticError as exc:
+        raise ConfigError(f'{where} must be an amount or "unlimited" (got {value!r})') from exc
+    if amount < 0 or not amount.is_finite():
+        raise ConfigError(f"{where} must not be negative (got {value!r})")
+    return amount
+
+
+def plan_settings(settings: Settings) -> PlanSettings:
+    from dockyard import defaults
+
+    extra = settings.extra
+    fleet = extra.get("fleet") or defaults.demo_fleet()
+    if not isinstance(fleet, list) or not all(isinstance(g, dict) for g in fleet):
+        raise ConfigError("[[fleet]] must be a list of tables")
+    prices = dict(defaults.PRICES)
+    for instance_type, price in dict(extra.get("prices", {})).items():
+        amount = _money(price, f"[prices].{instance_type}")
+        if amount is None:
+            raise ConfigError(f"[prices].{instance_type} must be an amount")
+        prices[instance_type] = amount
+    quotas = dict(extra.get("quotas", {}))
+    per_type = quotas.get("reserved_instances", {})
+    billing = dict(extra.get("billing", {}))
+    plans = dict(extra.get("plans", {}))
+    try:
+        return PlanSettings(
+            fleet=tuple(fleet),
+            prices=prices,
+            currency=str(billing.get("currency", defaults.CURRENCY)),
+            reserved_instance_quota=int(
+                quotas.get("reserved_instances_per_type", defaults.DEFAULT_RESERVED_INSTANCE_QUOTA)
+            ),
+            reserved_instance_quotas={str(k): int(v) for k, v in dict(per_type).items()},
+            default_budget=_money(billing.get("budget", "unlimited"), "[billing].budget"),
+            budgets={
+                str(account): _money(amount, f"[billing.budgets].{account}")
+                for account, amount in dict(billing.get("budgets", {})).items()
+            },
+            offering_ttl_seconds=int(plans.get("offering_ttl_seconds", 600)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid [quotas]/[plans] setting: {exc}") from exc

@@ -14,9 +14,11 @@ from starlette.applications import Starlette
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.clock import ManualClock, make_clock
-from dockyard.config import Settings
+from dockyard.config import Settings, plan_settings
+from dockyard.control.loop import ControlLoop
+from dockyard.control.plans import PlansReconciler
 from dockyard.secretbox import SecretBox
-from dockyard.services import bootstrap, clock_state
+from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -50,6 +52,12 @@ def build(settings: Settings) -> Server:
             clock.set(saved)
         with db.session() as session:
             clock_state.save(session, clock.now())
+    plans = plan_settings(settings)
+    with db.session() as session:
+        fleet.sync_fleet(session, plans.fleet, clock.now())
+    control = ControlLoop([("plans", PlansReconciler(db, clock, plans))])
+    # A manual clock's jump wakes the reconcilers at once.
+    clock.subscribe(lambda _now: control.nudge())
     box = SecretBox.for_data_dir(settings.data_dir)
     development = bootstrap.ensure_development_access(
         db, box, settings.data_dir, clock.now(), settings.default_region
@@ -60,5 +68,7 @@ def build(settings: Settings) -> Server:
         clock=clock,
         box=box,
         operator_token=bootstrap.operator_token(settings.data_dir),
+        plans=plans,
+        control=control,
     )
     return Server(state=state, app=create_app(state), development=development)

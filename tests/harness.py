@@ -52,6 +52,7 @@ class DockyardServer:
         self.port = free_port()
         self.process: subprocess.Popen[str] | None = None
         self.log_path = data_dir / "server.log"
+        self.extra_args: list[str] = []
 
     @property
     def endpoint(self) -> str:
@@ -69,6 +70,7 @@ class DockyardServer:
         ]
         if self.database_url:
             args += ["--database-url", self.database_url]
+        args += self.extra_args
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")  # noqa: SIM115 - the child process owns it
         self.process = subprocess.Popen(

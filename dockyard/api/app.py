@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import text
@@ -15,7 +17,7 @@ from starlette.routing import Route
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import Dispatcher
 from dockyard.api.metrics import ApiMetrics
-from dockyard.api.operator import clock_endpoint
+from dockyard.api.operator import clock_endpoint, fleet_endpoint
 from dockyard.clock import monotonic
 
 
@@ -62,13 +64,24 @@ def create_app(state: ServerState) -> Starlette:
     async def metrics_endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        state.control.start()
+        try:
+            yield
+        finally:
+            state.control.stop()
+            executor.shutdown(wait=False)
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/", api, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),
-        ]
+            Route("/_dockyard/fleet", fleet_endpoint, methods=["GET"]),
+        ],
     )
     app.state.dockyard = state
     return app

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dockyard.clock import Clock
-from dockyard.config import Settings
+from dockyard.config import PlanSettings, Settings
+from dockyard.control.loop import ControlLoop
 from dockyard.secretbox import SecretBox
 from dockyard.store.db import Database
 
@@ -21,6 +22,8 @@ class ServerState:
     clock: Clock
     box: SecretBox
     operator_token: str
+    plans: PlanSettings
+    control: ControlLoop
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class KeyCache:
             return entry[1]
         if len(access_key_id) > 128:
             return None
-        with self._db.session() as session:
+        with self._db.read() as session:
             record = accounts.lookup_key(session, self._box, access_key_id)
         with self._lock:
             if record is None:

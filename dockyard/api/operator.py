@@ -10,12 +10,13 @@ import hmac
 import json
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from dockyard.api.context import ServerState
 from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
-from dockyard.services import clock_state
+from dockyard.services import clock_state, fleet
 
 OPERATOR_HEADER = "x-dockyard-operator-key"
 
@@ -67,4 +68,24 @@ async def clock_endpoint(request: Request) -> JSONResponse:
         return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
     with state.db.session() as session:
         clock_state.save(session, clock.now())
+    # Answer once the reconcilers have caught up with the new time.
+    await run_in_threadpool(state.control.sync)
     return JSONResponse(_clock_view(state))
+
+
+async def fleet_endpoint(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.dockyard
+    if not _authorised(state, request):
+        return _denied(
+            "operator endpoints need the operator key from the server's data dir "
+            f"(header {OPERATOR_HEADER})",
+            403,
+        )
+
+    def view() -> list[dict[str, Any]]:
+        with state.db.session() as session:
+            return fleet.fleet_view(session, state.clock.now())
+
+    return JSONResponse(
+        {"now": state.clock.now().isoformat(), "instances": await run_in_threadpool(view)}
+    )

@@ -13,7 +13,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
-from dockyard.api.handlers import training_jobs
+from dockyard.api.handlers import training_jobs, training_plans
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ def _model(name: str) -> ServiceModel:
 
 
 def _sagemaker() -> ServiceTarget:
-    return ServiceTarget(_model("sagemaker"), {**training_jobs.HANDLERS})
+    return ServiceTarget(
+        _model("sagemaker"), {**training_jobs.HANDLERS, **training_plans.HANDLERS}
+    )
 
 
 @cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from dockyard import __version__
-from dockyard.cli import accounts, clock, serve
+from dockyard.cli import accounts, clock, fleet, plans, serve
 
 app = typer.Typer(
     help="dockyard: GPU training capacity behind the SageMaker API.",
@@ -16,6 +16,8 @@ app.command("serve")(serve.serve)
 app.add_typer(accounts.accounts_app, name="accounts")
 app.add_typer(accounts.keys_app, name="keys")
 app.add_typer(clock.app, name="clock")
+app.add_typer(plans.app, name="plans")
+app.command("fleet")(fleet.fleet)
 
 
 @app.command()

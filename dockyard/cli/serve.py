@@ -42,6 +42,7 @@ def serve(
     """Serve the SageMaker API (POST /), /healthz and /metrics."""
     import uvicorn
 
+    from dockyard.domain.fleet import FleetError
     from dockyard.server import build
 
     try:
@@ -53,7 +54,10 @@ def serve(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    server = build(settings)
+    try:
+        server = build(settings)
+    except (ConfigError, FleetError) as exc:
+        raise fail(str(exc)) from exc
     dev = server.development
     endpoint = f"http://{settings.host}:{settings.port}"
     console.print(f"[bold]dockyard[/bold] listening on {endpoint} ({settings.clock} clock)")

@@ -10,3 +10,11 @@ def arn(region: str, account_id: str, resource_type: str, name: str) -> str:
 def training_job_arn(region: str, account_id: str, name: str) -> str:
     # SageMaker lower-cases the name in training-job ARNs.
     return arn(region, account_id, "training-job", name.lower())
+
+
+def training_plan_arn(region: str, account_id: str, name: str) -> str:
+    return arn(region, account_id, "training-plan", name)
+
+
+def reserved_capacity_arn(region: str, account_id: str, capacity_id: str) -> str:
+    return arn(region, account_id, "reserved-capacity", capacity_id)

@@ -7,7 +7,7 @@ import string
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -101,10 +101,15 @@ def list_access_keys(session: Session, account_id: str | None = None) -> list[Ac
     return list(session.scalars(query))
 
 
-def lookup_key(session: Session, box: SecretBox, access_key_id: str) -> KeyRecord | None:
-    row = session.get(AccessKey, access_key_id)
+def lookup_key(
+    connection: Connection | Session, box: SecretBox, access_key_id: str
+) -> KeyRecord | None:
+    keys = AccessKey.__table__
+    row = connection.execute(
+        select(keys.c.account_id, keys.c.secret_ciphertext, keys.c.policy).where(
+            keys.c.access_key_id == access_key_id
+        )
+    ).first()
     if row is None:
         return None
-    return KeyRecord(
-        row.access_key_id, row.account_id, box.decrypt(row.secret_ciphertext), row.policy
-    )
+    return KeyRecord(access_key_id, row.account_id, box.decrypt(row.secret_ciphertext), row.policy)

@@ -24,6 +24,16 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
+    # Transactions are begun by _sqlite_begin, not by the driver.
+    dbapi_connection.isolation_level = None
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A write transaction takes SQLite's write lock at BEGIN: a deferred transaction that
+    # reads and then writes would fail with SQLITE_BUSY_SNAPSHOT (which busy_timeout does
+    # not wait out) whenever another writer committed in between.
+    write = connection.get_execution_options().get("dockyard_write", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 def make_engine(url: str) -> Engine:
@@ -38,6 +48,7 @@ def make_engine(url: str) -> Engine:
             max_overflow=16,
         )
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=16)
 
@@ -48,7 +59,10 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._sessions = sessionmaker(
+            self.engine.execution_options(dockyard_write=True), expire_on_commit=False
+        )
 
     @property
     def dialect(self) -> str:
@@ -58,6 +72,12 @@ class Database:
     def session(self) -> Iterator[Session]:
         """One transaction: committed when the block ends, rolled back if it raises."""
         with self._sessions.begin() as session:
+            yield session
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """An ORM session for reads only: it never takes SQLite's write lock."""
+        with self._read_sessions() as session:
             yield session
 
     @contextmanager

@@ -79,3 +79,144 @@ class TrainingJob(Base):
     training_end_time: Mapped[datetime | None] = mapped_column(default=None)
     # The job's request members (AlgorithmSpecification, ResourceConfig, ...) as the API has them.
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Instance(Base):
+    """One instance of the fleet, as declared in the config (synchronised on start)."""
+
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(32))
+    region: Mapped[str] = mapped_column(String(32))
+    ultraserver_id: Mapped[str | None] = mapped_column(String(160), default=None)
+    ultraserver_type: Mapped[str | None] = mapped_column(String(64), default=None)
+    pool_key: Mapped[str] = mapped_column(String(200), index=True)
+    health: Mapped[str] = mapped_column(String(32), default="Healthy")
+    created_at: Mapped[datetime]
+
+
+class CapacityPool(Base):
+    """A calendar's header: capacity (healthy instances) and a version bumped on every change."""
+
+    __tablename__ = "capacity_pools"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(32))
+    region: Mapped[str] = mapped_column(String(32), index=True)
+    ultraserver_id: Mapped[str | None] = mapped_column(String(160), default=None)
+    ultraserver_type: Mapped[str | None] = mapped_column(String(64), default=None)
+    capacity: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class CapacityLock(Base):
+    """One row; every transaction that books capacity updates it first, so bookings serialise."""
+
+    __tablename__ = "capacity_lock"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class LeaseRow(Base):
+    """An interval x count on one pool's calendar, held by a block, a job or a warm pool."""
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_pool_end", "pool_key", "end_time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool_key: Mapped[str] = mapped_column(ForeignKey("capacity_pools.key"))
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime]
+    count: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    holder: Mapped[str] = mapped_column(String(200), index=True)
+    account_id: Mapped[str | None] = mapped_column(String(12), default=None)
+
+
+class TrainingPlanOffering(Base):
+    __tablename__ = "training_plan_offerings"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    target: Mapped[str] = mapped_column(String(32))
+    request: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The blocks as the API shows them, plus the pool leases each one needs.
+    blocks: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    upfront_fee: Mapped[str] = mapped_column(String(32))
+    currency: Mapped[str] = mapped_column(String(8))
+    purchased_by: Mapped[str | None] = mapped_column(String(2048), default=None)
+
+
+class TrainingPlan(Base):
+    __tablename__ = "training_plans"
+    __table_args__ = (
+        UniqueConstraint("account_id", "region", "name", name="uq_training_plans_account_name"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(64))
+    arn: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    status_message: Mapped[str | None] = mapped_column(String(1024), default=None)
+    offering_id: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    instance_count: Mapped[int] = mapped_column(Integer)
+    ultraserver_type: Mapped[str | None] = mapped_column(String(64), default=None)
+    ultraserver_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    spare_per_ultraserver: Mapped[int] = mapped_column(Integer, default=0)
+    upfront_fee: Mapped[str] = mapped_column(String(32))
+    currency: Mapped[str] = mapped_column(String(8))
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime]
+    tags: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime]
+    last_modified_time: Mapped[datetime]
+
+
+class ReservedCapacity(Base):
+    """One block of a plan."""
+
+    __tablename__ = "reserved_capacities"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    arn: Mapped[str] = mapped_column(String(256), index=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    instance_count: Mapped[int] = mapped_column(Integer)
+    availability_zone: Mapped[str] = mapped_column(String(32))
+    ultraserver_type: Mapped[str | None] = mapped_column(String(64), default=None)
+    ultraserver_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    # (pool key, count) pairs the block leases; for UltraServers, one per UltraServer.
+    pools: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime]
+
+
+class LedgerEntry(Base):
+    """Money: every upfront fee and billed second, per account (amounts as exact decimals)."""
+
+    __tablename__ = "ledger_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    region: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32))
+    resource_arn: Mapped[str] = mapped_column(String(2048))
+    amount: Mapped[str] = mapped_column(String(32))
+    currency: Mapped[str] = mapped_column(String(8))
+    description: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime]

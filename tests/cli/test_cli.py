@@ -38,3 +38,12 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     config.write_text("[server]\nprot = 80\n")
     result = run_cli("serve", "--config", str(config), data_dir=tmp_path, check=False)
     assert result.returncode != 0 and "unknown setting [server].prot" in result.stderr
+
+
+def test_bad_fleet_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "dockyard.toml"
+    config.write_text(
+        '[[fleet]]\ninstance_type = "ml.p5.48xlarge"\navailability_zone = "us-east-1a"\n'
+    )
+    result = run_cli("serve", "--config", str(config), data_dir=tmp_path, check=False)
+    assert result.returncode != 0 and "count must be a positive integer" in result.stderr

@@ -1,0 +1,123 @@
+"""The fleet in the database: synchronised from the config on start, and shown to operators.
+
+Instances are rows; each pool's capacity is the number of its healthy instances. A
+pool's version is bumped whenever its capacity changes, so calendars cached from it
+know they are stale.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.domain import fleet as fleet_rules
+from dockyard.store.tables import CapacityPool, Instance, LeaseRow
+
+HEALTHY = "Healthy"
+
+
+def sync_fleet(session: Session, groups: Iterable[Mapping[str, Any]], now: datetime) -> int:
+    """Make the instances table match the declared fleet; returns the number of instances."""
+    declared = {i.id: i for i in fleet_rules.expand(groups)}
+    existing = {row.id: row for row in session.scalars(select(Instance))}
+    for instance_id, row in existing.items():
+        if instance_id not in declared:
+            session.delete(row)
+    for instance_id, spec in declared.items():
+        if instance_id not in existing:
+            session.add(
+                Instance(
+                    id=instance_id,
+                    instance_type=spec.instance_type,
+                    availability_zone=spec.availability_zone,
+                    region=spec.region,
+                    ultraserver_id=spec.ultraserver_id,
+                    ultraserver_type=spec.ultraserver_type,
+                    pool_key=spec.pool_key,
+                    health=HEALTHY,
+                    created_at=now,
+                )
+            )
+    session.flush()
+    refresh_pools(session)
+    return len(declared)
+
+
+def refresh_pools(session: Session) -> None:
+    """Recompute each pool's capacity from its healthy instances."""
+    capacity: dict[str, int] = defaultdict(int)
+    sample: dict[str, Instance] = {}
+    for row in session.scalars(select(Instance)):
+        sample.setdefault(row.pool_key, row)
+        if row.health == HEALTHY:
+            capacity[row.pool_key] += 1
+    pools = {p.key: p for p in session.scalars(select(CapacityPool))}
+    for key, row in sample.items():
+        pool = pools.get(key)
+        if pool is None:
+            session.add(
+                CapacityPool(
+                    key=key,
+                    instance_type=row.instance_type,
+                    availability_zone=row.availability_zone,
+                    region=row.region,
+                    ultraserver_id=row.ultraserver_id,
+                    ultraserver_type=row.ultraserver_type,
+                    capacity=capacity[key],
+                    version=0,
+                )
+            )
+        elif pool.capacity != capacity[key]:
+            pool.capacity = capacity[key]
+            pool.version += 1
+    for key, pool in pools.items():
+        if key not in sample and pool.capacity != 0:
+            # Instances gone from the config: the pool stays (leases may name it), empty.
+            pool.capacity = 0
+            pool.version += 1
+
+
+def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
+    """Every instance with what it is doing now.
+
+    Leases are counts, not instance ids, so the instances of a pool are handed to the
+    leases active now in a fixed order (leases by start, instances by id) for display.
+    """
+    active: dict[str, list[LeaseRow]] = defaultdict(list)
+    for row in session.scalars(
+        select(LeaseRow)
+        .where(LeaseRow.start_time <= now, LeaseRow.end_time > now)
+        .order_by(LeaseRow.start_time, LeaseRow.id)
+    ):
+        active[row.pool_key].append(row)
+    rows: list[dict[str, Any]] = []
+    by_pool: dict[str, list[Instance]] = defaultdict(list)
+    for instance in session.scalars(select(Instance).order_by(Instance.id)):
+        by_pool[instance.pool_key].append(instance)
+    for key in sorted(by_pool):
+        holders: list[LeaseRow] = []
+        for held in active.get(key, []):
+            holders += [held] * held.count
+        position = 0
+        for instance in by_pool[key]:
+            lease: LeaseRow | None = None
+            if instance.health == HEALTHY:
+                lease = holders[position] if position < len(holders) else None
+                position += 1
+            rows.append(
+                {
+                    "id": instance.id,
+                    "instance_type": instance.instance_type,
+                    "availability_zone": instance.availability_zone,
+                    "ultraserver_id": instance.ultraserver_id,
+                    "health": instance.health,
+                    "doing": f"{lease.kind} {lease.holder}" if lease else "idle",
+                    "until": lease.end_time.isoformat() if lease else None,
+                }
+            )
+    return rows

@@ -1,0 +1,332 @@
+"""Training plans after purchase: reading them, paying for them, and moving them with time.
+
+`settle_payments` and `advance` are the plans reconciler's steps: each runs in one
+transaction, reads the clock's `now` from its caller, and is safe to run twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.config import PlanSettings
+from dockyard.domain.plans import (
+    BLOCK_TRANSITIONS,
+    PLAN_TRANSITIONS,
+    PlanStatus,
+    block_status,
+    hours_minutes,
+    plan_status,
+)
+from dockyard.services import capacity
+from dockyard.services.errors import ResourceNotFound
+from dockyard.services.pagination import decode_token, page
+from dockyard.store.tables import Instance, LedgerEntry, ReservedCapacity, TrainingPlan
+
+HEALTHY = "Healthy"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _blocks(session: Session, plan_ids: list[int]) -> dict[int, list[ReservedCapacity]]:
+    found: dict[int, list[ReservedCapacity]] = defaultdict(list)
+    if plan_ids:
+        for block in session.scalars(
+            select(ReservedCapacity)
+            .where(ReservedCapacity.plan_id.in_(plan_ids))
+            .order_by(ReservedCapacity.ordinal)
+        ):
+            found[block.plan_id].append(block)
+    return found
+
+
+def _counts(plan: TrainingPlan) -> dict[str, int]:
+    """Instance counts as Describe/List report them (see docs/training-plans.md)."""
+    total = plan.instance_count
+    in_use = 0  # jobs on plans (a later issue) will hold plan capacity
+    usable = plan.status in (PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value)
+    spares = plan.spare_per_ultraserver * (plan.ultraserver_count or 0)
+    return {
+        "TotalInstanceCount": total,
+        "AvailableInstanceCount": max(0, total - in_use - spares) if usable else 0,
+        "InUseInstanceCount": in_use,
+        "UnhealthyInstanceCount": 0,
+        "AvailableSpareInstanceCount": spares if usable else 0,
+    }
+
+
+def _block_view(block: ReservedCapacity) -> dict[str, Any]:
+    hours, minutes = hours_minutes(block.end_time - block.start_time)
+    return {
+        "ReservedCapacityArn": block.arn,
+        "ReservedCapacityType": "UltraServer" if block.ultraserver_type else "Instance",
+        "UltraServerType": block.ultraserver_type,
+        "UltraServerCount": block.ultraserver_count,
+        "InstanceType": block.instance_type,
+        "TotalInstanceCount": block.instance_count,
+        "Status": block.status,
+        "AvailabilityZone": block.availability_zone,
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "StartTime": block.start_time,
+        "EndTime": block.end_time,
+    }
+
+
+def _plan_view(plan: TrainingPlan, blocks: list[ReservedCapacity]) -> dict[str, Any]:
+    hours, minutes = hours_minutes(
+        sum((b.end_time - b.start_time for b in blocks), start=timedelta(0))
+    )
+    return {
+        "TrainingPlanArn": plan.arn,
+        "TrainingPlanName": plan.name,
+        "Status": plan.status,
+        "StatusMessage": plan.status_message,
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "StartTime": plan.start_time,
+        "EndTime": plan.end_time,
+        "UpfrontFee": plan.upfront_fee,
+        "CurrencyCode": plan.currency,
+        **_counts(plan),
+        "TotalUltraServerCount": plan.ultraserver_count,
+        "TargetResources": [plan.target],
+        "ReservedCapacitySummaries": [_block_view(b) for b in blocks],
+    }
+
+
+def _find(session: Session, account_id: str, region: str, name: str) -> TrainingPlan:
+    plan = session.scalar(
+        select(TrainingPlan).where(
+            TrainingPlan.account_id == account_id,
+            TrainingPlan.region == region,
+            TrainingPlan.name == name,
+        )
+    )
+    if plan is None:
+        raise ResourceNotFound(f"Training plan {name!r} does not exist")
+    return plan
+
+
+def describe(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
+    plan = _find(session, account_id, region, name)
+    return _plan_view(plan, _blocks(session, [plan.id])[plan.id])
+
+
+_SORT = {
+    "TrainingPlanName": TrainingPlan.name,
+    "StartTime": TrainingPlan.start_time,
+    "Status": TrainingPlan.status,
+}
+
+
+def list_plans(
+    session: Session, account_id: str, region: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    query = select(TrainingPlan).where(
+        TrainingPlan.account_id == account_id, TrainingPlan.region == region
+    )
+    if "StartTimeAfter" in params:
+        query = query.where(TrainingPlan.start_time > params["StartTimeAfter"])
+    if "StartTimeBefore" in params:
+        query = query.where(TrainingPlan.start_time < params["StartTimeBefore"])
+    statuses = [f["Value"] for f in params.get("Filters", []) if f["Name"] == "Status"]
+    if statuses:
+        query = query.where(TrainingPlan.status.in_(statuses))
+    column = _SORT[params.get("SortBy", "StartTime")]
+    descending = params.get("SortOrder", "Ascending") == "Descending"
+    query = query.order_by(
+        *(
+            (column.desc(), TrainingPlan.id.desc())
+            if descending
+            else (column.asc(), TrainingPlan.id.asc())
+        )
+    )
+    max_results = params.get("MaxResults", 10)
+    offset = decode_token(params.get("NextToken"), params)
+    rows = list(session.scalars(query.offset(offset).limit(max_results + 1)))
+    plans, token = page(rows, offset, max_results, params)
+    blocks = _blocks(session, [p.id for p in plans])
+    summaries = []
+    for plan in plans:
+        view = _plan_view(plan, blocks[plan.id])
+        for key in ("UnhealthyInstanceCount", "AvailableSpareInstanceCount"):
+            view.pop(key)
+        summaries.append(view)
+    return {"TrainingPlanSummaries": summaries, "NextToken": token}
+
+
+def _capacity(session: Session, account_id: str, region: str, arn: str) -> ReservedCapacity:
+    block = session.scalar(
+        select(ReservedCapacity).where(
+            ReservedCapacity.arn == arn,
+            ReservedCapacity.account_id == account_id,
+            ReservedCapacity.region == region,
+        )
+    )
+    if block is None:
+        raise ResourceNotFound(f"Reserved capacity {arn!r} does not exist")
+    return block
+
+
+def _ultraservers(session: Session, block: ReservedCapacity) -> list[dict[str, Any]]:
+    plan = session.get(TrainingPlan, block.plan_id)
+    assert plan is not None
+    keys = [key for key, _ in block.pools["pools"] if key.startswith("us:")]
+    by_server: dict[str, list[Instance]] = defaultdict(list)
+    if keys:
+        for instance in session.scalars(
+            select(Instance).where(Instance.pool_key.in_(keys)).order_by(Instance.id)
+        ):
+            by_server[instance.ultraserver_id or ""].append(instance)
+    servers = []
+    for key in keys:
+        server_id = key.removeprefix("us:")
+        instances = by_server.get(server_id, [])
+        unhealthy = sum(1 for i in instances if i.health != HEALTHY)
+        spare = plan.spare_per_ultraserver
+        servers.append(
+            {
+                "UltraServerId": server_id,
+                "UltraServerType": block.ultraserver_type,
+                "AvailabilityZone": block.availability_zone,
+                "InstanceType": block.instance_type,
+                "TotalInstanceCount": len(instances),
+                "ConfiguredSpareInstanceCount": spare,
+                # A failed instance is replaced from the spares while there are any.
+                "AvailableInstanceCount": min(len(instances) - spare, len(instances) - unhealthy),
+                "InUseInstanceCount": 0,
+                "AvailableSpareInstanceCount": max(0, spare - unhealthy),
+                "UnhealthyInstanceCount": unhealthy,
+                "HealthStatus": "OK" if not unhealthy else "Impaired",
+            }
+        )
+    return servers
+
+
+def describe_reserved_capacity(
+    session: Session, account_id: str, region: str, arn: str
+) -> dict[str, Any]:
+    block = _capacity(session, account_id, region, arn)
+    view = _block_view(block)
+    view.pop("UltraServerType")
+    view.pop("UltraServerCount")
+    view["AvailableInstanceCount"] = block.instance_count if block.status == "Active" else 0
+    view["InUseInstanceCount"] = 0
+    if block.ultraserver_type:
+        servers = _ultraservers(session, block)
+        view["UltraServerSummary"] = {
+            "UltraServerType": block.ultraserver_type,
+            "InstanceType": block.instance_type,
+            "UltraServerCount": block.ultraserver_count,
+            "AvailableSpareInstanceCount": sum(s["AvailableSpareInstanceCount"] for s in servers),
+            "UnhealthyInstanceCount": sum(s["UnhealthyInstanceCount"] for s in servers),
+        }
+    return view
+
+
+def list_ultraservers(
+    session: Session, account_id: str, region: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    block = _capacity(session, account_id, region, params["ReservedCapacityArn"])
+    servers = _ultraservers(session, block)
+    max_results = params.get("MaxResults", 100)
+    offset = decode_token(params.get("NextToken"), params)
+    shown, token = page(servers[offset : offset + max_results + 1], offset, max_results, params)
+    return {"UltraServers": list(shown), "NextToken": token}
+
+
+# ----------------------------------------------------------------------------- reconciling
+
+
+def _spent(session: Session, account_id: str) -> Decimal:
+    amounts = session.scalars(
+        select(LedgerEntry.amount).where(LedgerEntry.account_id == account_id)
+    )
+    return sum((Decimal(a) for a in amounts), Decimal("0"))
+
+
+def _set_status(plan: TrainingPlan, new: PlanStatus, now: datetime) -> None:
+    old = PlanStatus(plan.status)
+    if old is not new:
+        plan.status = PLAN_TRANSITIONS.check(old, new).value
+        plan.last_modified_time = now
+
+
+def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> int:
+    """Pending plans: record the upfront fee in the ledger, or fail over the budget."""
+    settled = 0
+    pending = session.scalars(
+        select(TrainingPlan).where(TrainingPlan.status == PlanStatus.PENDING.value)
+    )
+    for plan in list(pending):
+        blocks = _blocks(session, [plan.id])[plan.id]
+        budget = settings.budgets.get(plan.account_id, settings.default_budget)
+        fee = Decimal(plan.upfront_fee)
+        spent = _spent(session, plan.account_id)
+        if budget is not None and spent + fee > budget:
+            _set_status(plan, PlanStatus.FAILED, now)
+            plan.status_message = (
+                f"Payment failed: the upfront fee of {fee} {plan.currency} exceeds the "
+                f"account's remaining budget of {max(budget - spent, Decimal(0))} {plan.currency}"
+            )
+            capacity.lock(session)
+            for block in blocks:
+                block.status = BLOCK_TRANSITIONS.check(
+                    PlanStatus(block.status), PlanStatus.FAILED
+                ).value
+                capacity.release(session, block.id)
+        else:
+            session.add(
+                LedgerEntry(
+                    account_id=plan.account_id,
+                    region=plan.region,
+                    kind="training-plan-upfront-fee",
+                    resource_arn=plan.arn,
+                    amount=str(fee),
+                    currency=plan.currency,
+                    description=f"Upfront fee of training plan {plan.name}",
+                    created_at=now,
+                )
+            )
+            _set_status(plan, PlanStatus.SCHEDULED, now)
+            for block in blocks:
+                block.status = BLOCK_TRANSITIONS.check(
+                    PlanStatus(block.status), PlanStatus.SCHEDULED
+                ).value
+        settled += 1
+    return settled
+
+
+def advance(session: Session, now: datetime) -> int:
+    """Move paid plans and their blocks to where the clock says they are."""
+    changed = 0
+    live = list(
+        session.scalars(
+            select(TrainingPlan).where(
+                TrainingPlan.status.in_([PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value])
+            )
+        )
+    )
+    blocks = _blocks(session, [p.id for p in live])
+    for plan in live:
+        statuses = []
+        for block in blocks[plan.id]:
+            new = block_status(block.start_time, block.end_time, now)
+            if block.status != new.value:
+                block.status = BLOCK_TRANSITIONS.check(PlanStatus(block.status), new).value
+                changed += 1
+                if new is PlanStatus.EXPIRED:
+                    capacity.release(session, block.id)
+            statuses.append(new)
+        new_plan = plan_status(statuses)
+        if plan.status != new_plan.value:
+            _set_status(plan, new_plan, now)
+            changed += 1
+    return changed
