@@ -13,7 +13,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
-from dockyard.api.handlers import training_jobs, training_plans
+from dockyard.api.handlers import tags, training_jobs, training_plans
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _model(name: str) -> ServiceModel:
 
 def _sagemaker() -> ServiceTarget:
     return ServiceTarget(
-        _model("sagemaker"), {**training_jobs.HANDLERS, **training_plans.HANDLERS}
+        _model("sagemaker"), {**training_jobs.HANDLERS, **training_plans.HANDLERS, **tags.HANDLERS}
     )
 
 

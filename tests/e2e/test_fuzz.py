@@ -20,11 +20,12 @@ from botocore.credentials import Credentials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dockyard.api.targets import targets
 from tests.harness import DockyardServer
 from tests.strategies import random_body, valid_body
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
-IMPLEMENTED = ["ListTrainingJobs", "DescribeTrainingJob"]
+IMPLEMENTED = sorted(targets()["SageMaker"].handlers)
 OPERATIONS = st.one_of(
     st.sampled_from(IMPLEMENTED), st.sampled_from(sorted(MODEL.operation_names))
 )

@@ -86,6 +86,10 @@ def test_two_block_plan_walks_through_its_whole_life(manual_server: DockyardServ
 
     plan = client.describe_training_plan(TrainingPlanName="two-blocks")
     assert plan["TrainingPlanArn"] == arn
+    assert client.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "team", "Value": "vision"}]
+    client.add_tags(ResourceArn=arn, Tags=[{"Key": "cost-centre", "Value": "42"}])
+    client.delete_tags(ResourceArn=arn, TagKeys=["team"])
+    assert client.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "cost-centre", "Value": "42"}]
     assert plan["StartTime"] == at(d0, 0) and plan["EndTime"] == at(d0, 3)
     assert plan["TotalInstanceCount"] == 8
     # Payment was recorded in the ledger, once.
@@ -194,6 +198,10 @@ def test_accounts_cannot_see_or_buy_each_others(manual_server: DockyardServer) -
     block = mine.describe_training_plan(TrainingPlanName="mine")["ReservedCapacitySummaries"][0]
     with pytest.raises(theirs.exceptions.ResourceNotFound):
         theirs.describe_reserved_capacity(ReservedCapacityArn=block["ReservedCapacityArn"])
+    plan_arn = mine.describe_training_plan(TrainingPlanName="mine")["TrainingPlanArn"]
+    with pytest.raises(ClientError) as excinfo:
+        theirs.list_tags(ResourceArn=plan_arn)
+    assert excinfo.value.response["Error"]["Code"] == "ValidationException"
 
 
 def test_ultraservers_are_bought_whole(manual_server: DockyardServer) -> None:

@@ -1,0 +1,84 @@
+"""ListTags / AddTags / DeleteTags on the resources that carry tags.
+
+A resource is found by its ARN within the caller's account and region; an ARN of
+another account is simply not found (SageMaker answers ValidationException here,
+ListTags models no ResourceNotFound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.services.errors import ValidationException
+from dockyard.store.tables import TrainingJob, TrainingPlan
+
+MAX_TAGS = 50
+
+
+def _holder(
+    session: Session, account_id: str, region: str, arn: str
+) -> TrainingPlan | TrainingJob:
+    parts = arn.split(":", 5)
+    resource = parts[5] if len(parts) == 6 else ""
+    kind = resource.split("/", 1)[0]
+    row: TrainingPlan | TrainingJob | None = None
+    if kind == "training-plan":
+        row = session.scalar(
+            select(TrainingPlan).where(
+                TrainingPlan.arn == arn,
+                TrainingPlan.account_id == account_id,
+                TrainingPlan.region == region,
+            )
+        )
+    elif kind == "training-job":
+        row = session.scalar(
+            select(TrainingJob).where(
+                TrainingJob.arn == arn,
+                TrainingJob.account_id == account_id,
+                TrainingJob.region == region,
+            )
+        )
+    if row is None:
+        raise ValidationException(f"Resource {arn} not found (or it carries no tags in dockyard)")
+    return row
+
+
+def _get(row: TrainingPlan | TrainingJob) -> list[dict[str, str]]:
+    holder = row.tags if isinstance(row, TrainingPlan) else row.spec
+    return list(holder.get("Tags", []))
+
+
+def _set(row: TrainingPlan | TrainingJob, tags: list[dict[str, str]]) -> None:
+    # JSON columns are replaced whole so the ORM sees the change.
+    if isinstance(row, TrainingPlan):
+        row.tags = {**row.tags, "Tags": tags}
+    else:
+        row.spec = {**row.spec, "Tags": tags}
+
+
+def list_tags(session: Session, account_id: str, region: str, arn: str) -> dict[str, Any]:
+    return {"Tags": _get(_holder(session, account_id, region, arn))}
+
+
+def add_tags(
+    session: Session, account_id: str, region: str, arn: str, tags: list[dict[str, str]]
+) -> dict[str, Any]:
+    row = _holder(session, account_id, region, arn)
+    merged = {t["Key"]: t["Value"] for t in _get(row)}
+    merged.update({t["Key"]: t["Value"] for t in tags})
+    if len(merged) > MAX_TAGS:
+        raise ValidationException(f"A resource may carry at most {MAX_TAGS} tags")
+    result = [{"Key": k, "Value": v} for k, v in merged.items()]
+    _set(row, result)
+    return {"Tags": result}
+
+
+def delete_tags(
+    session: Session, account_id: str, region: str, arn: str, keys: list[str]
+) -> dict[str, Any]:
+    row = _holder(session, account_id, region, arn)
+    _set(row, [t for t in _get(row) if t["Key"] not in set(keys)])
+    return {}
