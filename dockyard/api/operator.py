@@ -25,6 +25,12 @@ def _denied(message: str, status: int) -> JSONResponse:
     return JSONResponse({"__type": "AccessDeniedException", "message": message}, status)
 
 
+_NOT_OPERATOR = (
+    "operator endpoints need the operator key from the server's data dir "
+    f"(header {OPERATOR_HEADER})"
+)
+
+
 def _authorised(state: ServerState, request: Request) -> bool:
     presented = request.headers.get(OPERATOR_HEADER, "")
     return bool(presented) and hmac.compare_digest(presented, state.operator_token)
@@ -37,11 +43,7 @@ def _clock_view(state: ServerState) -> dict[str, Any]:
 async def clock_endpoint(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.dockyard
     if not _authorised(state, request):
-        return _denied(
-            "operator endpoints need the operator key from the server's data dir "
-            f"(header {OPERATOR_HEADER})",
-            403,
-        )
+        return _denied(_NOT_OPERATOR, 403)
     if request.method == "GET":
         return JSONResponse(_clock_view(state))
     clock = state.clock
@@ -76,14 +78,10 @@ async def clock_endpoint(request: Request) -> JSONResponse:
 async def fleet_endpoint(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.dockyard
     if not _authorised(state, request):
-        return _denied(
-            "operator endpoints need the operator key from the server's data dir "
-            f"(header {OPERATOR_HEADER})",
-            403,
-        )
+        return _denied(_NOT_OPERATOR, 403)
 
     def view() -> list[dict[str, Any]]:
-        with state.db.session() as session:
+        with state.db.read_session() as session:
             return fleet.fleet_view(session, state.clock.now())
 
     return JSONResponse(
