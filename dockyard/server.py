@@ -14,7 +14,9 @@ from starlette.applications import Starlette
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.clock import ManualClock, make_clock
+from dockyard.compute.local import LocalBackend
 from dockyard.config import Settings, plan_settings
+from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
 from dockyard.secretbox import SecretBox
@@ -55,7 +57,13 @@ def build(settings: Settings) -> Server:
     plans = plan_settings(settings)
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
-    control = ControlLoop([("plans", PlansReconciler(db, clock, plans))])
+    backend = LocalBackend(settings.data_dir)
+    control = ControlLoop(
+        [
+            ("plans", PlansReconciler(db, clock, plans)),
+            ("jobs", JobsReconciler(db, clock, backend, settings.data_dir, plans)),
+        ]
+    )
     # A manual clock's jump wakes the reconcilers at once.
     clock.subscribe(lambda _now: control.nudge())
     box = SecretBox.for_data_dir(settings.data_dir)

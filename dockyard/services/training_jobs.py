@@ -10,6 +10,7 @@ an ORM statement and loading ORM objects cost several times the query itself.
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -33,7 +34,14 @@ _SUMMARY = (
     JOBS.c.warm_pool_status,
     JOBS.c.training_plan_arn,
 )
-_DESCRIBE = select(*_SUMMARY, JOBS.c.spec).where(*_SCOPE, JOBS.c.name == bindparam("name"))
+_DESCRIBE = select(
+    *_SUMMARY,
+    JOBS.c.spec,
+    JOBS.c.training_start_time,
+    JOBS.c.failure_reason,
+    JOBS.c.transitions,
+    JOBS.c.billable_seconds,
+).where(*_SCOPE, JOBS.c.name == bindparam("name"))
 
 # Filter member -> the condition it adds, with a bound parameter named after the member.
 _FILTERS = {
@@ -71,15 +79,40 @@ def describe_training_job(
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"
         )
+    spec = dict(job.spec)
+    output = spec.get("OutputDataConfig", {}).get("S3OutputPath", "")
+    spec.setdefault(
+        "ModelArtifacts",
+        {"S3ModelArtifacts": f"{output.rstrip('/')}/{job.name}/output/model.tar.gz"},
+    )
+    training_seconds = None
+    if job.training_start_time and job.training_end_time:
+        training_seconds = int((job.training_end_time - job.training_start_time).total_seconds())
     return {
-        **job.spec,
+        **spec,
         "TrainingJobName": job.name,
         "TrainingJobArn": job.arn,
         "TrainingJobStatus": job.status,
         "SecondaryStatus": job.secondary_status,
+        "FailureReason": job.failure_reason,
         "CreationTime": job.creation_time,
         "LastModifiedTime": job.last_modified_time,
+        "TrainingStartTime": job.training_start_time,
         "TrainingEndTime": job.training_end_time,
+        "TrainingTimeInSeconds": training_seconds,
+        "BillableTimeInSeconds": job.billable_seconds,
+        "SecondaryStatusTransitions": [
+            {
+                **item,
+                "StartTime": datetime.fromisoformat(item["StartTime"]),
+                **(
+                    {"EndTime": datetime.fromisoformat(item["EndTime"])}
+                    if item.get("EndTime")
+                    else {}
+                ),
+            }
+            for item in (job.transitions or {}).get("items", [])
+        ],
     }
 
 

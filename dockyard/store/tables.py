@@ -79,6 +79,14 @@ class TrainingJob(Base):
     training_end_time: Mapped[datetime | None] = mapped_column(default=None)
     # The job's request members (AlgorithmSpecification, ResourceConfig, ...) as the API has them.
     spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    training_start_time: Mapped[datetime | None] = mapped_column(default=None)
+    failure_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    # SecondaryStatusTransitions, oldest first, as the API shows them.
+    transitions: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # What the control plane knows of the running job: placement, instance roots.
+    runtime: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    stop_requested: Mapped[bool] = mapped_column(default=False)
+    billable_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class Instance(Base):

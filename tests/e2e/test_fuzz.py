@@ -83,6 +83,8 @@ def test_random_bodies_never_get_a_5xx(
 def test_valid_bodies_get_an_answer_not_a_5xx(
     sender: Sender, data: st.DataObject, operation: str
 ) -> None:
+    if operation == "CreateTrainingJob":
+        return  # a valid body would really run its random entrypoint as a process
     strategy = valid_body(MODEL.operation_model(operation).input_shape)
     if strategy is None:
         return

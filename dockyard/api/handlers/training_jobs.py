@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.api.context import Handler, RequestContext
-from dockyard.services import training_jobs
+from dockyard.services import job_requests, training_jobs
 
 
 def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -20,7 +20,25 @@ def list_training_jobs(ctx: RequestContext, params: dict[str, Any]) -> dict[str,
         return training_jobs.list_training_jobs(connection, ctx.account_id, ctx.region, params)
 
 
+def create_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
+    with ctx.db.session() as session:
+        result = job_requests.create(session, ctx.clock.now(), ctx.account_id, ctx.region, params)
+    ctx.state.control.nudge()
+    return result
+
+
+def stop_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
+    with ctx.db.session() as session:
+        result = job_requests.stop(
+            session, ctx.clock.now(), ctx.account_id, ctx.region, params["TrainingJobName"]
+        )
+    ctx.state.control.nudge()
+    return result
+
+
 HANDLERS: dict[str, Handler] = {
+    "CreateTrainingJob": create_training_job,
+    "StopTrainingJob": stop_training_job,
     "DescribeTrainingJob": describe_training_job,
     "ListTrainingJobs": list_training_jobs,
 }

@@ -1,0 +1,285 @@
+"""The instance agent: runs one host of one training job, start to finish, on this machine.
+
+`python -m dockyard.compute.agent ROOT` is started detached (its own session) by the
+local backend. It must outlive a restart of the server, so it never talks to the server:
+everything goes through files in ROOT.
+
+In:  `job.json` (a `JobSpec`); `stop` (created to ask for a stop; SIGTERM does the same).
+Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`);
+     `logs/output.jsonl` (one `{"t": epoch_ms, "m": line}` per line the job prints);
+     the SageMaker container tree under `ROOT/opt/ml` (see `agent_env`).
+
+The job runs in its own process group so that a stop reaches every process it started:
+SIGTERM to the group, `stop_grace_seconds` to finish, then SIGKILL - SageMaker's contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from dockyard.clock import monotonic, wall_now
+from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
+from dockyard.compute.agent_env import Layout, build_command, build_env, write_config
+from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
+
+__all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
+
+TERMINAL_PHASES = frozenset({"completed", "failed", "stopped"})
+POLL_SECONDS = 0.1
+MAX_REASON = 1024
+# Long enough for any line a person would read; longer ones are split, not lost.
+MAX_LINE_BYTES = 64 * 1024
+
+
+def _iso_now() -> str:
+    return wall_now().isoformat()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # The control plane may read at any moment: it must see the old file or the new one.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class State:
+    """`state.json`: the phase and the facts the control plane turns into DescribeTrainingJob.
+
+    phase: downloading | training | uploading | completed | failed | stopped
+    pid: the user process (also its process group id), while there is one
+    exit_code, failure_reason, stop_reason ("stop" | "max_runtime"),
+    started_at, training_started_at, first_output_at, ended_at: ISO 8601 UTC or null.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()  # the log reader thread records first_output_at
+        self.data: dict[str, Any] = {
+            "phase": "downloading",
+            "pid": None,
+            "exit_code": None,
+            "failure_reason": None,
+            "started_at": None,
+            "training_started_at": None,
+            "ended_at": None,
+            "first_output_at": None,
+            "stop_reason": None,
+        }
+
+    def update(self, **changes: Any) -> None:
+        with self._lock:
+            self.data.update(changes)
+            _write_atomically(self.path, json.dumps(self.data, indent=2))
+
+
+class StopRequested(Exception):
+    """Raised inside staging when a stop arrives before the job has started."""
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"AlgorithmError: ExitCode {code}: killed by signal {-code} ({name})"
+    return f"AlgorithmError: ExitCode {code}"
+
+
+class Agent:
+    def __init__(self, root: Path) -> None:
+        self.layout = Layout(root.resolve())
+        self.state = State(self.layout.state_file)
+        # Set by SIGTERM/SIGINT; checked, with the stop file, by the polling loops.
+        self._signalled = threading.Event()
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled.set()
+
+    def stop_requested(self) -> bool:
+        return self._signalled.is_set() or self.layout.stop_file.exists()
+
+    def _check_stop(self) -> None:
+        if self.stop_requested():
+            raise StopRequested()
+
+    # -- the whole run ----------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = self._previous_state()
+        if previous is not None and previous.get("phase") in TERMINAL_PHASES:
+            return 0  # a finished instance is never run twice
+        _write_atomically(self.layout.pid_file, f"{os.getpid()}\n")
+        self.state.update(phase="downloading", started_at=_iso_now())
+        if previous is not None:
+            # An earlier agent died mid-job; its job may still be running and cannot be
+            # adopted (its output pipe died with the agent), so end it rather than run twice.
+            if isinstance(previous.get("pid"), int):
+                _kill_group(previous["pid"], signal.SIGKILL)
+            return self._finish(
+                "failed", failure_reason="InternalServerError: the instance agent was restarted"
+            )
+        try:
+            return self._run()
+        except Exception as exc:  # whatever happens, the state must say so
+            pid = self.state.data.get("pid")
+            if isinstance(pid, int):
+                _kill_group(pid, signal.SIGKILL)
+            return self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
+
+    def _previous_state(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.layout.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _finish(self, phase: str, **changes: Any) -> int:
+        if isinstance(changes.get("failure_reason"), str):
+            changes["failure_reason"] = changes["failure_reason"][:MAX_REASON]
+        self.state.update(phase=phase, ended_at=_iso_now(), **changes)
+        clean_tmp(self.layout)
+        return 0
+
+    def _run(self) -> int:
+        try:
+            spec = JobSpec.from_json(self.layout.job_file.read_text())
+            store = s3_from_config(spec.s3)
+        except (OSError, ValueError, TypeError, S3Error) as exc:
+            return self._finish(
+                "failed", failure_reason=f"InternalServerError: unusable job.json: {exc}"
+            )
+        self.layout.make_dirs(spec)
+        write_config(spec, self.layout)
+        try:
+            stage_inputs(spec, self.layout, store, self._check_stop)
+            command = build_command(spec, self.layout)
+        except StopRequested:
+            return self._finish("stopped", stop_reason="stop")
+        except ClientError as exc:
+            return self._finish("failed", failure_reason=str(exc))
+        except ValueError as exc:
+            return self._finish("failed", failure_reason=f"ClientError: {exc}")
+        outcome = self._train(spec, command)
+        if outcome["phase"] is None:
+            return self._finish("failed", failure_reason=outcome["failure_reason"])
+        return self._upload(spec, store, outcome)
+
+    def _upload(self, spec: JobSpec, store: S3Store, outcome: dict[str, Any]) -> int:
+        self.state.update(phase="uploading", pid=None)
+        try:
+            upload_outputs(spec, self.layout, store)
+        except ClientError as exc:
+            # A job that failed on its own keeps its own reason: that is what to fix first.
+            if outcome["phase"] != "failed":
+                outcome.update(phase="failed", failure_reason=str(exc))
+        phase = outcome.pop("phase")
+        return self._finish(phase, **outcome)
+
+    # -- training ---------------------------------------------------------------------
+
+    def _train(self, spec: JobSpec, command: list[str]) -> dict[str, Any]:
+        cwd = self.layout.code_dir if self.layout.code_dir.is_dir() else self.layout.root
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=build_env(spec, self.layout),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so a stop reaches all of it
+            )
+        except OSError as exc:
+            return {
+                "phase": None,
+                "failure_reason": f"ClientError: cannot run {command[0]}: {exc}",
+            }
+        self.state.update(phase="training", pid=process.pid, training_started_at=_iso_now())
+        assert process.stdout is not None
+        reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
+        reader.start()
+        deadline = monotonic() + spec.max_runtime_seconds
+        stop_reason: str | None = None
+        while process.poll() is None:
+            if self.stop_requested():
+                stop_reason = "stop"
+            elif monotonic() >= deadline:
+                stop_reason = "max_runtime"
+            if stop_reason is not None:
+                self._terminate(process, spec.stop_grace_seconds)
+                break
+            time.sleep(POLL_SECONDS)
+        code = process.wait()
+        # The job is over when its first process ends, as when a container's entrypoint
+        # exits; whatever it left behind would hold the log pipe open and keep running.
+        _kill_group(process.pid, signal.SIGKILL)
+        reader.join(timeout=5)
+        if stop_reason is not None:
+            return {"phase": "stopped", "exit_code": code, "stop_reason": stop_reason}
+        if code == 0:
+            return {"phase": "completed", "exit_code": 0}
+        return {"phase": "failed", "exit_code": code, "failure_reason": self._failure(code)}
+
+    def _terminate(self, process: subprocess.Popen[bytes], grace: float) -> None:
+        _kill_group(process.pid, signal.SIGTERM)
+        give_up = monotonic() + grace
+        while process.poll() is None and monotonic() < give_up:
+            time.sleep(POLL_SECONDS)
+        _kill_group(process.pid, signal.SIGKILL)
+
+    def _failure(self, code: int) -> str:
+        try:
+            written = self.layout.failure_file.read_text(errors="replace").strip()
+        except OSError:
+            written = ""
+        return written[:MAX_REASON] if written else _describe_exit(code)
+
+    def _stream(self, stream: IO[bytes]) -> None:
+        first = True
+        with open(self.layout.log_file, "ab") as log:
+            for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+                line = raw.decode("utf-8", errors="replace").removesuffix("\n")
+                record = {"t": int(wall_now().timestamp() * 1000), "m": line.removesuffix("\r")}
+                log.write(json.dumps(record).encode() + b"\n")
+                log.flush()  # the control plane tails this file while the job runs
+                if first:
+                    first = False
+                    self.state.update(first_output_at=_iso_now())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m dockyard.compute.agent ROOT", file=sys.stderr)
+        return 2
+    agent = Agent(Path(args[0]))
+    signal.signal(signal.SIGTERM, agent.on_signal)
+    signal.signal(signal.SIGINT, agent.on_signal)
+    # Detached from any terminal already; a hang-up of the launching shell means nothing.
+    # A no-op handler rather than SIG_IGN, which the job would inherit across exec.
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

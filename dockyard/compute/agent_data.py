@@ -1,0 +1,183 @@
+"""Moving a job's files between S3 and its instance: channels, code, checkpoints, results.
+
+SageMaker's File input mode copies every channel to local disk before the job starts and
+uploads the model and output after it ends; this module does the same against an
+`S3Store`. Problems with the job's own S3 locations are the customer's to fix, so they
+surface as `ClientError: ...` reasons (the form SageMaker's FailureReason takes), never
+as agent crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dockyard.compute.agent_env import Layout, script_name
+from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.s3 import S3Error, S3Store, parse_s3_uri
+
+
+class ClientError(Exception):
+    """A problem with the job's inputs or outputs; str() is the job's FailureReason."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"ClientError: {message}")
+
+
+# Called between objects so that a Stop during a long download takes effect promptly.
+CheckStop = Callable[[], None]
+
+
+def _safe_relative(relative: str, uri: str) -> list[str]:
+    parts = [p for p in relative.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts) or relative.startswith("/"):
+        raise ClientError(f'The S3 object "{uri}" cannot be placed in the container')
+    return parts
+
+
+def _channel_objects(
+    spec: JobSpec, store: S3Store, channel: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """(object URI, path relative to the channel directory) for every object to stage."""
+    name = channel.get("ChannelName", "?")
+    source = channel.get("DataSource", {}).get("S3DataSource")
+    if not isinstance(source, dict):
+        raise ClientError(f'Channel "{name}" has no S3DataSource; only S3 channels are supported')
+    uri = str(source.get("S3Uri", ""))
+    kind = source.get("S3DataType", "S3Prefix")
+    pairs: list[tuple[str, str]] = []
+    if kind == "S3Prefix":
+        _, prefix = parse_s3_uri(uri)
+        for object_uri in store.list(uri):
+            key = parse_s3_uri(object_uri)[1]
+            if key.endswith("/"):
+                continue  # a "folder" marker some tools create, not data
+            # Paths are kept relative to the prefix; a prefix naming one object stages it
+            # under its own name.
+            relative = key[len(prefix) :].lstrip("/") or posixpath.basename(key)
+            pairs.append((object_uri, relative))
+        if not pairs:
+            raise ClientError(
+                f'No S3 objects found under S3 URL "{uri}" given in input data source. '
+                "Please ensure that the bucket exists and that objects exist under that "
+                "S3 prefix."
+            )
+    elif kind == "ManifestFile":
+        try:
+            manifest = json.loads(store.read_bytes(uri))
+            base = str(manifest[0]["prefix"])
+            relatives = [str(r) for r in manifest[1:]]
+        except S3Error:
+            raise
+        except (ValueError, LookupError, TypeError) as exc:
+            raise ClientError(
+                f'The manifest file "{uri}" is not a JSON list beginning with {{"prefix": ...}}'
+            ) from exc
+        if not relatives:
+            raise ClientError(f'The manifest file "{uri}" lists no objects')
+        base = base if base.endswith("/") else base + "/"
+        pairs = [(base + r.lstrip("/"), r.lstrip("/")) for r in relatives]
+    elif kind == "AugmentedManifestFile":
+        raise ClientError(
+            f'Channel "{name}": AugmentedManifestFile is not supported by this backend '
+            "(it needs Pipe mode)"
+        )
+    else:
+        raise ClientError(f'Channel "{name}": unknown S3DataType "{kind}"')
+    if source.get("S3DataDistributionType") == "ShardedByS3Key":
+        # Each host takes every len(hosts)-th object of the sorted list, so the hosts
+        # together see every object exactly once.
+        pairs = sorted(pairs)[spec.rank :: len(spec.hosts)]
+    return pairs
+
+
+def _download_all(
+    store: S3Store, pairs: list[tuple[str, str]], target: Path, check_stop: CheckStop
+) -> None:
+    for uri, relative in pairs:
+        check_stop()
+        store.download(uri, target.joinpath(*_safe_relative(relative, uri)))
+
+
+def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: CheckStop) -> None:
+    """Channels, checkpoints and script-mode code, before the job starts."""
+    try:
+        for channel in spec.input_data_config:
+            directory = layout.data_dir / str(channel["ChannelName"])
+            directory.mkdir(parents=True, exist_ok=True)
+            _download_all(store, _channel_objects(spec, store, channel), directory, check_stop)
+        if spec.checkpoint_s3_uri:
+            prefix = spec.checkpoint_s3_uri.rstrip("/") + "/"
+            _, prefix_key = parse_s3_uri(prefix)
+            pairs = [
+                (uri, parse_s3_uri(uri)[1][len(prefix_key) :])
+                for uri in store.list(prefix)
+                if not uri.endswith("/")
+            ]
+            _download_all(store, pairs, layout.checkpoint_dir(spec), check_stop)
+        submit = script_name(spec.submit_directory)
+        if submit and not spec.entrypoint:
+            _stage_code(submit, layout, store)
+    except S3Error as exc:
+        raise ClientError(exc.message) from exc
+
+
+def _stage_code(submit: str, layout: Layout, store: S3Store) -> None:
+    if submit.startswith("file://"):
+        archive = Path(submit[len("file://") :])
+    else:
+        archive = layout.root / "tmp" / "sourcedir.tar.gz"
+        store.download(submit, archive)
+    layout.code_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(archive) as tar:
+            # The "data" filter refuses absolute paths, `..` and links out of the tree.
+            tar.extractall(layout.code_dir, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ClientError(f'Could not unpack the source archive "{submit}": {exc}') from exc
+
+
+def _pack(directory: Path, archive: Path) -> None:
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
+
+
+def artifact_uri(spec: JobSpec, name: str) -> str:
+    """Where SageMaker puts a job's `model.tar.gz` / `output.tar.gz`."""
+    return f"{str(spec.output_path).rstrip('/')}/{spec.job_name}/output/{name}"
+
+
+def upload_outputs(spec: JobSpec, layout: Layout, store: S3Store) -> None:
+    """The model and output (first host only) and this host's checkpoints."""
+    try:
+        if spec.is_leader and spec.output_path:
+            staging = layout.root / "tmp"
+            for directory, name in (
+                (layout.model_dir, "model.tar.gz"),
+                (layout.output_data_dir, "output.tar.gz"),
+            ):
+                archive = staging / name
+                _pack(directory, archive)
+                store.upload(archive, artifact_uri(spec, name))
+                archive.unlink()
+        if spec.checkpoint_s3_uri:
+            base = spec.checkpoint_s3_uri.rstrip("/")
+            checkpoints = layout.checkpoint_dir(spec)
+            for path in sorted(checkpoints.rglob("*")):
+                if path.is_file():
+                    store.upload(path, f"{base}/{path.relative_to(checkpoints).as_posix()}")
+    except S3Error as exc:
+        raise ClientError(exc.message) from exc
+    except OSError as exc:
+        raise ClientError(f"Could not package the job's outputs: {exc}") from exc
+
+
+def clean_tmp(layout: Layout) -> None:
+    shutil.rmtree(layout.root / "tmp", ignore_errors=True)

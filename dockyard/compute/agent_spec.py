@@ -1,0 +1,80 @@
+"""`job.json`: what the control plane tells one instance agent to run.
+
+The control plane writes it and the agent reads it, possibly from a different version of
+dockyard after an upgrade, so both sides share this one dataclass, unknown keys are
+ignored (newer control plane, older agent) and every key but the job name has a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobSpec:
+    job_name: str
+    host: str = "algo-1"
+    hosts: list[str] = field(default_factory=lambda: ["algo-1"])
+    # Strings, as CreateTrainingJob carries them.
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    # The API's InputDataConfig and ResourceConfig, exactly as given.
+    input_data_config: list[dict[str, Any]] = field(default_factory=list)
+    resource_config: dict[str, Any] = field(default_factory=dict)
+    entrypoint: list[str] | None = None  # ContainerEntrypoint
+    arguments: list[str] | None = None  # ContainerArguments
+    program: str | None = None  # hyperparameter sagemaker_program (script mode)
+    submit_directory: str | None = None  # hyperparameter sagemaker_submit_directory
+    python: str = field(default_factory=lambda: sys.executable)
+    environment: dict[str, str] = field(default_factory=dict)
+    output_path: str | None = None  # OutputDataConfig.S3OutputPath
+    checkpoint_s3_uri: str | None = None
+    checkpoint_local_path: str = "/opt/ml/checkpoints"
+    max_runtime_seconds: float = 86400
+    stop_grace_seconds: float = 30
+    s3: dict[str, Any] = field(default_factory=dict)
+    master_port: int = 7777
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        if not isinstance(data, dict) or not isinstance(data.get("job_name"), str):
+            raise ValueError("job.json must be an object with a string job_name")
+        known = {f.name for f in dataclasses.fields(cls)}
+        # None means "the default" for every key that has one, so the control plane may
+        # write null for what it does not know.
+        values = {k: v for k, v in data.items() if k in known and v is not None}
+        for name in ("entrypoint", "arguments", "program", "submit_directory"):
+            if name in data:
+                values[name] = data[name]
+        spec = cls(**values)
+        spec.hyperparameters = {str(k): str(v) for k, v in spec.hyperparameters.items()}
+        spec.environment = {str(k): str(v) for k, v in spec.environment.items()}
+        if spec.host not in spec.hosts:
+            raise ValueError(f"host {spec.host!r} is not one of hosts {spec.hosts!r}")
+        return spec
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> JobSpec:
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @property
+    def rank(self) -> int:
+        return self.hosts.index(self.host)
+
+    @property
+    def is_leader(self) -> bool:
+        """The first host: the one that uploads the model and output, as on SageMaker."""
+        return self.rank == 0
+
+    @property
+    def instance_type(self) -> str:
+        return str(self.resource_config.get("InstanceType", "ml.local"))

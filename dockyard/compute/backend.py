@@ -1,0 +1,28 @@
+"""The backend protocol: what the control plane asks of the machines that run jobs.
+
+Every call returns quickly and is safe to repeat; work that takes time (staging data,
+training, uploading) happens in the instances themselves, and `poll` reports where
+they are. A handle is the backend's name for one instance of one job.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Backend(Protocol):
+    def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+        """Start one instance per host spec (idempotent per job_key); answer their handles."""
+        ...
+
+    def poll(self, handle: str) -> dict[str, Any]:
+        """The instance's state (the agent's state.json), or {"phase": "launching"}."""
+        ...
+
+    def stop(self, handle: str) -> None:
+        """Ask the instance to stop its job (SIGTERM, grace, SIGKILL)."""
+        ...
+
+    def alive(self, handle: str) -> bool:
+        """Whether the instance's agent is still running."""
+        ...

@@ -1,0 +1,287 @@
+"""The jobs reconciler: place a job, launch its instances, follow them, settle the end.
+
+Each step is a short transaction; launching and polling happen with no session open
+and are safe to repeat (the backend never launches a job's host twice), so a server
+killed at any point picks the job up where its rows and its agents' files say it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
+from dockyard.config import PlanSettings
+from dockyard.domain import jobs as rules
+from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
+from dockyard.services import capacity
+from dockyard.services.job_requests import set_status, transition
+from dockyard.store.db import Database
+from dockyard.store.tables import LedgerEntry, TrainingJob
+
+log = logging.getLogger("dockyard.control.jobs")
+PHASES = ("launching", "downloading", "training", "uploading")
+STOP_GRACE_SECONDS = 10
+
+
+def _decode(value: str | None) -> str | None:
+    """Script-mode hyperparameters arrive JSON-encoded from the SageMaker SDK ('"train.py"')."""
+    if value is None:
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value
+    return decoded if isinstance(decoded, str) else value
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class JobsReconciler:
+    def __init__(
+        self, db: Database, clock: Clock, backend: Backend, data_dir: Path, plans: PlanSettings
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.backend = backend
+        self.s3_root = Path(data_dir).resolve() / "s3"
+        self.plans = plans
+
+    def __call__(self) -> None:
+        with self.db.read_session() as session:
+            ids = session.scalars(
+                select(TrainingJob.id).where(
+                    TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
+                )
+            ).all()
+        for job_id in ids:
+            try:
+                self.step(job_id)
+            except Exception:
+                log.exception("training job %s: step failed; retrying on the next pass", job_id)
+
+    # ------------------------------------------------------------------ one job
+
+    def step(self, job_id: int) -> None:
+        with self.db.session() as session:
+            job = session.get(TrainingJob, job_id)
+            if job is None or JobStatus(job.status) in TERMINAL:
+                return
+            runtime = dict(job.runtime)
+            if "placement" not in runtime:
+                if job.stop_requested:
+                    self._finish(session, job, "stopped", "stop", None, None)
+                    return
+                if not self._place(session, job):
+                    return
+                runtime = dict(job.runtime)
+            specs = runtime.get("specs") or self._host_specs(job, runtime["placement"])
+            if "specs" not in runtime:
+                job.runtime = {**runtime, "specs": specs}
+        handles = self.backend.launch(f"{job.account_id}-{job.name}", specs)
+        states = [self.backend.poll(handle) for handle in handles]
+        alive = [self.backend.alive(handle) for handle in handles]
+        if job.stop_requested:
+            for handle in handles:
+                self.backend.stop(handle)
+        with self.db.session() as session:
+            current = session.get(TrainingJob, job_id)
+            if current is None or JobStatus(current.status) in TERMINAL:
+                return
+            self._apply(session, current, states, alive)
+
+    def _place(self, session: Session, job: TrainingJob) -> bool:
+        """Lease instances of one AZ for the whole MaxRuntime, or say why the job waits."""
+        now = self.clock.now()
+        resources = job.spec["ResourceConfig"]
+        count = int(resources["InstanceCount"])
+        runtime = timedelta(seconds=int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]))
+        capacity.lock(session)
+        calendar = capacity.load_calendar(
+            session, now, region=job.region, instance_type=resources["InstanceType"]
+        )
+        for pool in calendar.pools():
+            if pool.ultraserver_id is None and calendar[pool.key].fits(now, now + runtime, count):
+                capacity.book(
+                    session,
+                    [(pool.key, count)],
+                    now,
+                    now + runtime,
+                    kind="training-job",
+                    holder=job.arn,
+                    account_id=job.account_id,
+                )
+                job.runtime = {"placement": {"pool": pool.key, "az": pool.availability_zone}}
+                transition(job, Secondary.STARTING, rules.LAUNCHING, now)
+                return True
+        transition(
+            job,
+            Secondary.PENDING,
+            f"Waiting for capacity: no {count} x {resources['InstanceType']} free in one "
+            f"availability zone of {job.region} for {int(runtime.total_seconds())} seconds",
+            now,
+        )
+        return False
+
+    def _host_specs(self, job: TrainingJob, placement: dict[str, Any]) -> list[dict[str, Any]]:
+        spec = job.spec
+        count = int(spec["ResourceConfig"]["InstanceCount"])
+        hosts = [f"algo-{i}" for i in range(1, count + 1)]
+        hyper = dict(spec.get("HyperParameters", {}))
+        algorithm = spec["AlgorithmSpecification"]
+        checkpoint = spec.get("CheckpointConfig") or {}
+        image = algorithm.get("TrainingImage")
+        log.info(
+            "training job %s: image %s runs on the server's own Python (%s)",
+            job.name,
+            image,
+            sys.executable,
+        )
+        port = _free_port()
+        return [
+            {
+                "job_name": job.name,
+                "host": host,
+                "hosts": hosts,
+                "hyperparameters": hyper,
+                "input_data_config": spec.get("InputDataConfig", []),
+                "resource_config": spec["ResourceConfig"],
+                "entrypoint": algorithm.get("ContainerEntrypoint"),
+                "arguments": algorithm.get("ContainerArguments"),
+                "program": _decode(hyper.get("sagemaker_program")),
+                "submit_directory": _decode(hyper.get("sagemaker_submit_directory")),
+                "python": sys.executable,
+                "environment": spec.get("Environment", {}),
+                "output_path": spec["OutputDataConfig"]["S3OutputPath"],
+                "checkpoint_s3_uri": checkpoint.get("S3Uri"),
+                "checkpoint_local_path": checkpoint.get("LocalPath", "/opt/ml/checkpoints"),
+                "max_runtime_seconds": int(spec["StoppingCondition"]["MaxRuntimeInSeconds"]),
+                "stop_grace_seconds": STOP_GRACE_SECONDS,
+                "s3": {"root": str(self.s3_root)},
+                "master_port": port,
+                "availability_zone": placement["az"],
+            }
+            for host in hosts
+        ]
+
+    def _apply(
+        self, session: Session, job: TrainingJob, states: list[dict[str, Any]], alive: list[bool]
+    ) -> None:
+        now = self.clock.now()
+        phases = [state.get("phase", "launching") for state in states]
+        failed = [s for s in states if s.get("phase") == "failed"]
+        dead = [
+            i
+            for i, (phase, up) in enumerate(zip(phases, alive, strict=True))
+            if phase in PHASES and phase != "launching" and not up
+        ]
+        started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+        if started and job.training_start_time is None:
+            job.training_start_time = datetime.fromisoformat(min(started))
+        if failed:
+            self._finish(session, job, "failed", None, states, failed[0].get("failure_reason"))
+            return
+        if dead:
+            reason = "InternalServerError: an instance's agent exited unexpectedly"
+            self._finish(session, job, "failed", None, states, reason)
+            return
+        if all(p in ("completed", "stopped") for p in phases):
+            stopped = [s for s in states if s.get("phase") == "stopped"]
+            if stopped:
+                self._finish(session, job, "stopped", stopped[0].get("stop_reason"), states, None)
+            else:
+                self._finish(session, job, "completed", None, states, None)
+            return
+        if job.stop_requested:
+            return
+        least = min((PHASES.index(p) for p in phases if p in PHASES), default=0)
+        if least >= 1 and Secondary(job.secondary_status) is Secondary.STARTING:
+            transition(job, Secondary.STARTING, rules.PREPARING, now)
+            transition(job, Secondary.DOWNLOADING, rules.DOWNLOADING, now)
+        if least >= 2 and Secondary(job.secondary_status) is Secondary.DOWNLOADING:
+            transition(job, Secondary.TRAINING, rules.TRAINING, now)
+        if least >= 3 and Secondary(job.secondary_status) is Secondary.TRAINING:
+            transition(job, Secondary.UPLOADING, rules.UPLOADING, now)
+
+    def _finish(
+        self,
+        session: Session,
+        job: TrainingJob,
+        outcome: str,
+        stop_reason: str | None,
+        states: list[dict[str, Any]] | None,
+        reason: str | None,
+    ) -> None:
+        now = self.clock.now()
+        ended = [s["ended_at"] for s in (states or []) if s.get("ended_at")]
+        end = datetime.fromisoformat(max(ended)) if ended else now
+        if outcome == "completed":
+            if Secondary(job.secondary_status) is not Secondary.UPLOADING:
+                for status, message in (
+                    (Secondary.DOWNLOADING, rules.DOWNLOADING),
+                    (Secondary.TRAINING, rules.TRAINING),
+                    (Secondary.UPLOADING, rules.UPLOADING),
+                ):
+                    if SECONDARY_ORDER.index(
+                        Secondary(job.secondary_status)
+                    ) < SECONDARY_ORDER.index(status):
+                        transition(job, status, message, now)
+            transition(job, Secondary.COMPLETED, rules.COMPLETED, now)
+            set_status(job, JobStatus.COMPLETED, now)
+        elif outcome == "failed":
+            transition(job, Secondary.FAILED, reason or rules.FAILED, now)
+            set_status(job, JobStatus.FAILED, now)
+            job.failure_reason = (reason or "InternalServerError")[:1024]
+        else:
+            if stop_reason == "max_runtime":
+                transition(job, Secondary.MAX_RUNTIME_EXCEEDED, rules.MAX_RUNTIME, now)
+            else:
+                transition(job, Secondary.STOPPING, rules.STOPPING, now)
+                transition(job, Secondary.STOPPED, rules.STOPPED, now)
+            set_status(job, JobStatus.STOPPED, now)
+        history = list(job.transitions.get("items", []))
+        if history:
+            history[-1] = {**history[-1], "EndTime": now.isoformat()}
+            job.transitions = {"items": history}
+        job.training_end_time = end
+        capacity.release(session, job.arn)
+        count = int(job.spec["ResourceConfig"]["InstanceCount"])
+        if job.training_start_time is not None:
+            seconds = max(0, int((end - job.training_start_time).total_seconds()))
+            job.billable_seconds = seconds * count
+            price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
+            session.add(
+                LedgerEntry(
+                    account_id=job.account_id,
+                    region=job.region,
+                    kind="training-job-instance-seconds",
+                    resource_arn=job.arn,
+                    amount=str((price * seconds * count / 3600).quantize(Decimal("0.0001"))),
+                    currency=self.plans.currency,
+                    description=f"{count} x {seconds} s of training job {job.name}",
+                    created_at=now,
+                )
+            )
+
+
+SECONDARY_ORDER = [
+    Secondary.STARTING,
+    Secondary.PENDING,
+    Secondary.DOWNLOADING,
+    Secondary.TRAINING,
+    Secondary.UPLOADING,
+]

@@ -1,0 +1,171 @@
+"""CreateTrainingJob and StopTrainingJob: record the intent; the jobs reconciler does the work."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.domain import jobs as rules
+from dockyard.domain.arns import training_job_arn
+from dockyard.domain.jobs import JobStatus, Secondary
+from dockyard.services.errors import ResourceInUse, ResourceNotFound, ValidationException
+from dockyard.store.tables import CapacityPool, TrainingJob
+
+# Request members kept on the job and shown again by DescribeTrainingJob.
+KEPT = (
+    "HyperParameters",
+    "AlgorithmSpecification",
+    "RoleArn",
+    "InputDataConfig",
+    "OutputDataConfig",
+    "ResourceConfig",
+    "VpcConfig",
+    "StoppingCondition",
+    "EnableNetworkIsolation",
+    "EnableInterContainerTrafficEncryption",
+    "EnableManagedSpotTraining",
+    "CheckpointConfig",
+    "Environment",
+    "RetryStrategy",
+    "Tags",
+)
+
+
+def transition(job: TrainingJob, status: Secondary, message: str, now: datetime) -> None:
+    """Move the secondary status through the checked table, closing the previous entry."""
+    old = Secondary(job.secondary_status)
+    history = list(job.transitions.get("items", []))
+    if old is status and history and history[-1]["StatusMessage"] == message:
+        return
+    rules.SECONDARY_TRANSITIONS.check(old, status)
+    if history:
+        history[-1] = {**history[-1], "EndTime": history[-1].get("EndTime") or now.isoformat()}
+    history.append(
+        {"Status": status.value, "StartTime": now.isoformat(), "StatusMessage": message}
+    )
+    job.transitions = {"items": history}
+    job.secondary_status = status.value
+    job.last_modified_time = now
+
+
+def set_status(job: TrainingJob, status: JobStatus, now: datetime) -> None:
+    job.status = rules.JOB_TRANSITIONS.check(JobStatus(job.status), status).value
+    job.last_modified_time = now
+
+
+def _check_runnable(params: dict[str, Any]) -> None:
+    # The model leaves these optional (other job kinds use them); a job that runs needs them.
+    for member in ("AlgorithmSpecification", "ResourceConfig", "OutputDataConfig"):
+        if member not in params:
+            raise ValidationException(f"{member} is required to run a training job")
+    if not str(params["OutputDataConfig"].get("S3OutputPath", "")).startswith("s3://"):
+        raise ValidationException("OutputDataConfig.S3OutputPath must be an s3:// URI")
+    algorithm = params["AlgorithmSpecification"]
+    hyper = params.get("HyperParameters", {})
+    if not algorithm.get("ContainerEntrypoint") and not (
+        "sagemaker_program" in hyper and "sagemaker_submit_directory" in hyper
+    ):
+        raise ValidationException(
+            "dockyard runs AlgorithmSpecification.ContainerEntrypoint (+ ContainerArguments), "
+            "or a script job with hyperparameters sagemaker_program and sagemaker_submit_directory"
+        )
+    if algorithm.get("TrainingInputMode", "File") != "File":
+        raise ValidationException("dockyard stages input in File mode only (TrainingInputMode)")
+    resources = params["ResourceConfig"]
+    if resources.get("InstanceGroups"):
+        raise ValidationException(
+            "ResourceConfig.InstanceGroups (heterogeneous clusters) is not supported yet"
+        )
+    if resources.get("TrainingPlanArn"):
+        raise ValidationException(
+            "jobs on training plans (ResourceConfig.TrainingPlanArn) are not supported yet"
+        )
+    if not resources.get("InstanceType") or not resources.get("InstanceCount"):
+        raise ValidationException(
+            "ResourceConfig needs InstanceType and InstanceCount (at least 1)"
+        )
+    if (
+        "StoppingCondition" not in params
+        or "MaxRuntimeInSeconds" not in params["StoppingCondition"]
+    ):
+        raise ValidationException("StoppingCondition.MaxRuntimeInSeconds is required")
+
+
+def create(
+    session: Session, now: datetime, account_id: str, region: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    _check_runnable(params)
+    name = params["TrainingJobName"]
+    instance_type = params["ResourceConfig"]["InstanceType"]
+    if not session.scalar(
+        select(CapacityPool.key).where(
+            CapacityPool.region == region,
+            CapacityPool.instance_type == instance_type,
+            CapacityPool.ultraserver_id.is_(None),
+        )
+    ):
+        raise ValidationException(
+            f"the fleet has no {instance_type} instances in {region} for on-demand jobs"
+        )
+    arn = training_job_arn(region, account_id, name)
+    if session.scalar(
+        select(TrainingJob.id).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.region == region,
+            TrainingJob.name == name,
+        )
+    ):
+        raise ResourceInUse(
+            "Training job names must be unique within an AWS account and region, and a "
+            f"training job with this name already exists ({arn})"
+        )
+    job = TrainingJob(
+        account_id=account_id,
+        region=region,
+        name=name,
+        arn=arn,
+        status=JobStatus.IN_PROGRESS.value,
+        secondary_status=Secondary.STARTING.value,
+        creation_time=now,
+        last_modified_time=now,
+        spec={key: params[key] for key in KEPT if key in params},
+        transitions={
+            "items": [
+                {
+                    "Status": "Starting",
+                    "StartTime": now.isoformat(),
+                    "StatusMessage": rules.STARTING,
+                }
+            ]
+        },
+        runtime={},
+    )
+    session.add(job)
+    return {"TrainingJobArn": arn}
+
+
+def stop(
+    session: Session, now: datetime, account_id: str, region: str, name: str
+) -> dict[str, Any]:
+    job = session.scalar(
+        select(TrainingJob).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.region == region,
+            TrainingJob.name == name,
+        )
+    )
+    if job is None:
+        raise ResourceNotFound(
+            f"Requested resource not found: training job {name!r} does not exist"
+        )
+    if JobStatus(job.status) is not JobStatus.IN_PROGRESS:
+        raise ValidationException(
+            f"The training job {name} is {job.status}; only an InProgress job can be stopped"
+        )
+    job.stop_requested = True
+    set_status(job, JobStatus.STOPPING, now)
+    transition(job, Secondary.STOPPING, rules.STOPPING, now)
+    return {}

@@ -1,0 +1,225 @@
+"""Training jobs really run on the local backend: boto3 against a live server."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.harness import DockyardServer
+
+ROLE = "arn:aws:iam::123456789012:role/training"
+
+
+def job_request(name: str, code: str, **overrides: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {
+            "TrainingImage": "python:3.11",
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": ["python3", "-c", textwrap.dedent(code)],
+        },
+        "RoleArn": ROLE,
+        "OutputDataConfig": {"S3OutputPath": "s3://results/out"},
+        "ResourceConfig": {
+            "InstanceType": "ml.m5.xlarge",
+            "InstanceCount": 1,
+            "VolumeSizeInGB": 10,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+    }
+    request.update(overrides)
+    return request
+
+
+def script_job(server: DockyardServer, name: str, code: str, **overrides: Any) -> dict[str, Any]:
+    """A script-mode job, as the SageMaker SDK sends one: train.py in a tar.gz on S3."""
+    archive = s3_path(server, f"s3://data/code/{name}.tar.gz")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        body = textwrap.dedent(code).encode()
+        info = tarfile.TarInfo("train.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    request = job_request(name, "", **overrides)
+    del request["AlgorithmSpecification"]["ContainerEntrypoint"]
+    request["HyperParameters"] = {
+        **overrides.get("HyperParameters", {}),
+        "sagemaker_program": '"train.py"',
+        "sagemaker_submit_directory": f'"s3://data/code/{name}.tar.gz"',
+    }
+    return request
+
+
+def wait_for(client: Any, name: str, statuses: set[str], timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = client.describe_training_job(TrainingJobName=name)
+        if job["TrainingJobStatus"] in statuses:
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} stayed {job['TrainingJobStatus']}: {job}")
+        time.sleep(0.2)
+
+
+def s3_path(server: DockyardServer, uri: str) -> Path:
+    return server.data_dir / "s3" / uri.removeprefix("s3://")
+
+
+@pytest.fixture(autouse=True)
+def buckets(server: DockyardServer) -> None:
+    """Local S3 buckets are directories under <data-dir>/s3; results land in `results`."""
+    for bucket in ("results", "data"):
+        (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+
+
+def test_a_job_reads_channels_and_writes_a_model(server: DockyardServer) -> None:
+    for channel, files in {"train": {"a.txt": "1\n2\n"}, "test": {"b.txt": "3\n"}}.items():
+        for file_name, body in files.items():
+            path = s3_path(server, f"s3://data/{channel}/{file_name}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+    code = """
+        import json, os, pathlib
+        train = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"])
+        test = pathlib.Path(os.environ["SM_CHANNEL_TEST"])
+        files = [f for p in (train, test) for f in sorted(p.iterdir())]
+        numbers = [int(x) for f in files for x in f.read_text().split()]
+        print("loss=0.25", flush=True)
+        hps = json.loads(os.environ["SM_HPS"])
+        model = pathlib.Path(os.environ["SM_MODEL_DIR"]) / "model.json"
+        model.write_text(json.dumps({"sum": sum(numbers), "lr": hps["lr"]}))
+    """
+    channels = [
+        {
+            "ChannelName": name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": f"s3://data/{name}",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+        }
+        for name in ("train", "test")
+    ]
+    client = server.client()
+    arn = client.create_training_job(
+        **script_job(
+            server, "reads-channels", code, InputDataConfig=channels, HyperParameters={"lr": "0.5"}
+        )
+    )["TrainingJobArn"]
+    assert arn.endswith(":training-job/reads-channels")
+    job = wait_for(client, "reads-channels", {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses[0] == "Starting" and statuses[-1] == "Completed"
+    for step in ("Downloading", "Training", "Uploading"):
+        assert step in statuses
+    messages = [t["StatusMessage"] for t in job["SecondaryStatusTransitions"]]
+    assert "Starting the training job." in messages and "Training job completed" in messages
+    artifacts = job["ModelArtifacts"]["S3ModelArtifacts"]
+    assert artifacts == "s3://results/out/reads-channels/output/model.tar.gz"
+    with tarfile.open(s3_path(server, artifacts)) as archive:
+        model = archive.extractfile("model.json")
+        assert model is not None
+        assert model.read() == b'{"sum": 6, "lr": 0.5}'
+    assert job["TrainingStartTime"] <= job["TrainingEndTime"]
+    assert job["BillableTimeInSeconds"] >= 0
+    with pytest.raises(client.exceptions.ResourceInUse):
+        client.create_training_job(**job_request("reads-channels", "pass"))
+
+
+def test_a_failing_job_reports_its_failure_file(server: DockyardServer) -> None:
+    code = """
+        import os, pathlib, sys
+        out = pathlib.Path(os.environ["SM_OUTPUT_DIR"]) / "failure"
+        out.write_text("ValueError: the data had no rows")
+        sys.exit(3)
+    """
+    client = server.client()
+    client.create_training_job(**script_job(server, "fails", code))
+    job = wait_for(client, "fails", {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Failed"
+    assert job["FailureReason"] == "ValueError: the data had no rows"
+    assert job["SecondaryStatus"] == "Failed"
+
+
+def test_stop_a_running_job(server: DockyardServer) -> None:
+    client = server.client()
+    client.create_training_job(
+        **job_request("sleeper", "import time; print('up', flush=True); time.sleep(300)")
+    )
+    deadline = time.monotonic() + 60
+    while client.describe_training_job(TrainingJobName="sleeper")["SecondaryStatus"] != "Training":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    client.stop_training_job(TrainingJobName="sleeper")
+    assert client.describe_training_job(TrainingJobName="sleeper")["TrainingJobStatus"] in (
+        "Stopping",
+        "Stopped",
+    )
+    job = wait_for(client, "sleeper", {"Stopped", "Failed", "Completed"})
+    assert job["TrainingJobStatus"] == "Stopped" and job["SecondaryStatus"] == "Stopped"
+    with pytest.raises(ClientError) as excinfo:
+        client.stop_training_job(TrainingJobName="sleeper")
+    assert excinfo.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_max_runtime(server: DockyardServer) -> None:
+    client = server.client()
+    client.create_training_job(
+        **job_request(
+            "overtime",
+            "import time; time.sleep(300)",
+            StoppingCondition={"MaxRuntimeInSeconds": 2},
+        )
+    )
+    job = wait_for(client, "overtime", {"Stopped", "Failed", "Completed"})
+    assert job["TrainingJobStatus"] == "Stopped"
+    assert job["SecondaryStatus"] == "MaxRuntimeExceeded"
+
+
+def test_a_job_that_cannot_fit_waits(server: DockyardServer) -> None:
+    client = server.client()
+    client.create_training_job(
+        **job_request(
+            "too-big",
+            "pass",
+            ResourceConfig={
+                "InstanceType": "ml.m5.xlarge",
+                "InstanceCount": 5,
+                "VolumeSizeInGB": 10,
+            },
+        )
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        job = client.describe_training_job(TrainingJobName="too-big")
+        if job["SecondaryStatus"] == "Pending":
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    assert "Waiting for capacity" in job["SecondaryStatusTransitions"][-1]["StatusMessage"]
+    client.stop_training_job(TrainingJobName="too-big")
+    assert wait_for(client, "too-big", {"Stopped"})["TrainingJobStatus"] == "Stopped"
+
+
+def test_jobs_dockyard_cannot_run_are_refused(server: DockyardServer) -> None:
+    client = server.client()
+    request = job_request("no-entrypoint", "pass")
+    del request["AlgorithmSpecification"]["ContainerEntrypoint"]
+    with pytest.raises(ClientError) as excinfo:
+        client.create_training_job(**request)
+    assert "ContainerEntrypoint" in excinfo.value.response["Error"]["Message"]
+    request = job_request("no-such-type", "pass")
+    request["ResourceConfig"]["InstanceType"] = "ml.c5.xlarge"
+    with pytest.raises(ClientError) as excinfo:
+        client.create_training_job(**request)
+    assert "no ml.c5.xlarge" in excinfo.value.response["Error"]["Message"]
