@@ -1,0 +1,97 @@
+"""A running job survives a SIGKILLed server; several instances of one job find each other."""
+
+from __future__ import annotations
+
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
+from tests.harness import DockyardServer
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[DockyardServer]:
+    server = DockyardServer(tmp_path / "data").start()
+    for bucket in ("results", "data"):
+        (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+    yield server
+    server.stop()
+
+
+def test_sigkilled_server_still_finishes_the_running_job(own_server: DockyardServer) -> None:
+    code = """
+        import os, pathlib, time
+        gate = pathlib.Path(os.environ["SM_OUTPUT_DATA_DIR"]).parent.parent.parent / "go"
+        print("waiting for the gate", flush=True)
+        deadline = time.time() + 120
+        while not gate.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        (pathlib.Path(os.environ["SM_MODEL_DIR"]) / "model.txt").write_text("survived")
+    """
+    client = own_server.client()
+    client.create_training_job(**script_job(own_server, "survivor", code))
+    deadline = time.monotonic() + 60
+    while (
+        client.describe_training_job(TrainingJobName="survivor")["SecondaryStatus"] != "Training"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    own_server.kill()
+    instance = next((own_server.data_dir / "instances").glob("*-survivor/algo-1"))
+    (instance / "opt" / "go").touch()  # let the job finish while no server is running
+    state = instance / "state.json"
+    deadline = time.monotonic() + 60
+    while '"completed"' not in state.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    own_server.start()
+
+    job = wait_for(own_server.client(), "survivor", {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses[-2:] == ["Uploading", "Completed"]
+    with tarfile.open(s3_path(own_server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+        member = archive.extractfile("model.txt")
+        assert member is not None and member.read() == b"survived"
+
+
+def test_two_instances_talk_to_each_other(own_server: DockyardServer) -> None:
+    code = """
+        import json, os, pathlib, socket, time
+        hosts = json.loads(os.environ["SM_HOSTS"])
+        me = os.environ["SM_CURRENT_HOST"]
+        port = int(os.environ["MASTER_PORT"])
+        if me == hosts[0]:
+            server = socket.create_server((os.environ["MASTER_ADDR"], port))
+            connection, _ = server.accept()
+            message = connection.recv(100).decode()
+            print("leader got", message, flush=True)
+            (pathlib.Path(os.environ["SM_MODEL_DIR"]) / "heard.txt").write_text(message)
+            connection.close()
+        else:
+            deadline = time.time() + 60
+            while True:
+                try:
+                    sock = socket.create_connection((os.environ["MASTER_ADDR"], port))
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.1)
+            sock.sendall(f"hello from {me} of {len(hosts)}".encode())
+            sock.close()
+    """
+    client = own_server.client()
+    request = script_job(own_server, "pair", code)
+    request["ResourceConfig"]["InstanceCount"] = 2
+    client.create_training_job(**request)
+    job = wait_for(client, "pair", {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    with tarfile.open(s3_path(own_server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+        member = archive.extractfile("heard.txt")
+        assert member is not None and member.read() == b"hello from algo-2 of 2"
