@@ -274,7 +274,21 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
     return env
 
 
+# A new network namespace starts with its loopback down; bring it up, then become the job.
+_ISOLATE = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "sh"]
+
+
 def build_command(spec: JobSpec, layout: Layout) -> list[str]:
+    """The job's command, inside its own network namespace when it asks for isolation.
+
+    Isolation needs the privilege to create namespaces (root here); without it the job
+    fails to start rather than run with the network it asked not to have.
+    """
+    command = _job_command(spec, layout)
+    return [*_ISOLATE, *command] if spec.network_isolation else command
+
+
+def _job_command(spec: JobSpec, layout: Layout) -> list[str]:
     """ContainerEntrypoint + ContainerArguments, or script mode's `python PROGRAM --hp v`."""
     if spec.entrypoint:
         command = list(spec.entrypoint) + list(spec.arguments or [])

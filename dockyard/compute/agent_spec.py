@@ -37,6 +37,8 @@ class JobSpec:
     stop_grace_seconds: float = 30
     s3: dict[str, Any] = field(default_factory=dict)
     master_port: int = 7777
+    # EnableNetworkIsolation: the job runs in a network namespace of its own (loopback only).
+    network_isolation: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:

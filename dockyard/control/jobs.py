@@ -173,6 +173,7 @@ class JobsReconciler:
                 "stop_grace_seconds": STOP_GRACE_SECONDS,
                 "s3": {"root": str(self.s3_root)},
                 "master_port": port,
+                "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
                 "availability_zone": placement["az"],
             }
             for host in hosts

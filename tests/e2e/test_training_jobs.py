@@ -223,3 +223,34 @@ def test_jobs_dockyard_cannot_run_are_refused(server: DockyardServer) -> None:
     with pytest.raises(ClientError) as excinfo:
         client.create_training_job(**request)
     assert "no ml.c5.xlarge" in excinfo.value.response["Error"]["Message"]
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_network_isolation(server: DockyardServer, isolated: bool) -> None:
+    code = """
+        import os, socket
+        try:
+            socket.create_connection(("127.0.0.1", int(os.environ["SERVER_PORT"])), timeout=5)
+            print("reached the server", flush=True)
+            verdict = "reached"
+        except OSError as exc:
+            verdict = "isolated"
+        open(os.path.join(os.environ["SM_MODEL_DIR"], "verdict"), "w").write(verdict)
+    """
+    name = f"isolation-{str(isolated).lower()}"
+    client = server.client()
+    request = script_job(
+        server,
+        name,
+        code,
+        EnableNetworkIsolation=isolated,
+        Environment={"SERVER_PORT": str(server.port)},
+    )
+    client.create_training_job(**request)
+    job = wait_for(client, name, {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["EnableNetworkIsolation"] is isolated
+    with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+        member = archive.extractfile("verdict")
+        assert member is not None
+        assert member.read() == (b"isolated" if isolated else b"reached")
