@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
+from dockyard.compute.agent_deps import install_requirements
 from dockyard.compute.agent_env import Layout, build_command, build_env, write_config
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
@@ -172,6 +173,7 @@ class Agent:
         write_config(spec, self.layout)
         try:
             stage_inputs(spec, self.layout, store, self._check_stop)
+            spec = install_requirements(spec, self.layout)
             command = build_command(spec, self.layout)
         except StopRequested:
             return self._finish("stopped", stop_reason="stop")

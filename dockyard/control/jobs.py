@@ -174,6 +174,7 @@ class JobsReconciler:
                 "s3": {"root": str(self.s3_root)},
                 "master_port": port,
                 "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
+                "uv_cache_dir": str(self.s3_root.parent / "uv-cache"),
                 "availability_zone": placement["az"],
             }
             for host in hosts

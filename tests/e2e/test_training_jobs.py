@@ -38,15 +38,21 @@ def job_request(name: str, code: str, **overrides: Any) -> dict[str, Any]:
     return request
 
 
-def script_job(server: DockyardServer, name: str, code: str, **overrides: Any) -> dict[str, Any]:
+def script_job(
+    server: DockyardServer, name: str, code: str, requirements: str | None = None, **overrides: Any
+) -> dict[str, Any]:
     """A script-mode job, as the SageMaker SDK sends one: train.py in a tar.gz on S3."""
     archive = s3_path(server, f"s3://data/code/{name}.tar.gz")
     archive.parent.mkdir(parents=True, exist_ok=True)
+    files = {"train.py": textwrap.dedent(code)}
+    if requirements is not None:
+        files["requirements.txt"] = requirements
     with tarfile.open(archive, "w:gz") as tar:
-        body = textwrap.dedent(code).encode()
-        info = tarfile.TarInfo("train.py")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
+        for file_name, text in files.items():
+            body = text.encode()
+            info = tarfile.TarInfo(file_name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
     request = job_request(name, "", **overrides)
     del request["AlgorithmSpecification"]["ContainerEntrypoint"]
     request["HyperParameters"] = {
@@ -254,3 +260,20 @@ def test_network_isolation(server: DockyardServer, isolated: bool) -> None:
         member = archive.extractfile("verdict")
         assert member is not None
         assert member.read() == (b"isolated" if isolated else b"reached")
+
+
+def test_requirements_are_installed_first(server: DockyardServer) -> None:
+    code = """
+        import os, tomli_w
+        with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.toml"), "w") as out:
+            out.write(tomli_w.dumps({"ok": True}))
+    """
+    name = "with-requirements"
+    request = script_job(server, name, code, requirements="tomli-w==1.0.0\n")
+    client = server.client()
+    client.create_training_job(**request)
+    job = wait_for(client, name, {"Completed", "Failed", "Stopped"}, timeout=180)
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+        member = archive.extractfile("model.toml")
+        assert member is not None and member.read() == b"ok = true\n"
