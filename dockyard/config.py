@@ -34,6 +34,11 @@ class Settings:
     # How far a request's signing time may be from the server's clock (AWS uses 15 minutes).
     max_clock_skew_seconds: int = 900
     log_level: str = "info"
+    # An S3-compatible service for s3:// URIs; empty means directories under <data_dir>/s3.
+    s3_endpoint_url: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
+    s3_region: str = "us-east-1"
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 

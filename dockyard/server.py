@@ -61,7 +61,7 @@ def build(settings: Settings) -> Server:
     control = ControlLoop(
         [
             ("plans", PlansReconciler(db, clock, plans)),
-            ("jobs", JobsReconciler(db, clock, backend, settings.data_dir, plans)),
+            ("jobs", JobsReconciler(db, clock, backend, settings, plans)),
         ]
     )
     # A manual clock's jump wakes the reconcilers at once.

@@ -32,6 +32,13 @@ def serve(
             "[default: SQLite in the data dir]."
         ),
     ] = None,
+    s3_endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            help="An S3-compatible endpoint for s3:// URIs (keys from DOCKYARD_S3_ACCESS_KEY_ID "
+            "and DOCKYARD_S3_SECRET_ACCESS_KEY) [default: directories under <data-dir>/s3]."
+        ),
+    ] = None,
     clock: Annotated[
         str | None,
         typer.Option(
@@ -47,7 +54,13 @@ def serve(
 
     try:
         settings = load_settings(
-            config, host=host, port=port, data_dir=data_dir, database_url=database_url, clock=clock
+            config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            database_url=database_url,
+            clock=clock,
+            s3_endpoint_url=s3_endpoint_url,
         )
     except ConfigError as exc:
         raise fail(str(exc)) from exc

@@ -33,8 +33,11 @@ class LocalBackend:
             if (root / "agent.pid").exists() or str(root) in self._children:
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(parents=True, exist_ok=True)
+            # The spec may carry S3 credentials: readable by its owner only.
             tmp = root / "job.json.tmp"
-            tmp.write_text(json.dumps(spec, indent=2))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(spec, indent=2))
             os.replace(tmp, root / "job.json")
             with open(root / "agent.log", "ab") as log:
                 self._children[str(root)] = subprocess.Popen(

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backend import Backend
-from dockyard.config import PlanSettings
+from dockyard.config import PlanSettings, Settings
 from dockyard.domain import jobs as rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
 from dockyard.services import capacity
@@ -53,13 +53,24 @@ def _free_port() -> int:
 
 class JobsReconciler:
     def __init__(
-        self, db: Database, clock: Clock, backend: Backend, data_dir: Path, plans: PlanSettings
+        self, db: Database, clock: Clock, backend: Backend, settings: Settings, plans: PlanSettings
     ) -> None:
         self.db = db
         self.clock = clock
         self.backend = backend
-        self.s3_root = Path(data_dir).resolve() / "s3"
+        self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
+        # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
+        self.s3: dict[str, Any] = (
+            {
+                "endpoint_url": settings.s3_endpoint_url,
+                "access_key_id": settings.s3_access_key_id,
+                "secret_access_key": settings.s3_secret_access_key,
+                "region": settings.s3_region,
+            }
+            if settings.s3_endpoint_url
+            else {"root": str(self.data_dir / "s3")}
+        )
 
     def __call__(self) -> None:
         with self.db.read_session() as session:
@@ -171,10 +182,10 @@ class JobsReconciler:
                 "checkpoint_local_path": checkpoint.get("LocalPath", "/opt/ml/checkpoints"),
                 "max_runtime_seconds": int(spec["StoppingCondition"]["MaxRuntimeInSeconds"]),
                 "stop_grace_seconds": STOP_GRACE_SECONDS,
-                "s3": {"root": str(self.s3_root)},
+                "s3": self.s3,
                 "master_port": port,
                 "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
-                "uv_cache_dir": str(self.s3_root.parent / "uv-cache"),
+                "uv_cache_dir": str(self.data_dir / "uv-cache"),
                 "availability_zone": placement["az"],
             }
             for host in hosts
