@@ -107,6 +107,8 @@ class PlanSettings:
     currency: str
     reserved_instance_quota: int
     reserved_instance_quotas: dict[str, int]
+    training_instance_quota: int
+    training_instance_quotas: dict[str, int]
     default_budget: Decimal | None
     budgets: dict[str, Decimal | None]
     offering_ttl_seconds: int
@@ -150,6 +152,12 @@ def plan_settings(settings: Settings) -> PlanSettings:
                 quotas.get("reserved_instances_per_type", defaults.DEFAULT_RESERVED_INSTANCE_QUOTA)
             ),
             reserved_instance_quotas={str(k): int(v) for k, v in dict(per_type).items()},
+            training_instance_quota=int(
+                quotas.get("training_instances_per_type", defaults.DEFAULT_TRAINING_INSTANCE_QUOTA)
+            ),
+            training_instance_quotas={
+                str(k): int(v) for k, v in dict(quotas.get("training_instances", {})).items()
+            },
             default_budget=_money(billing.get("budget", "unlimited"), "[billing].budget"),
             budgets={
                 str(account): _money(amount, f"[billing.budgets].{account}")

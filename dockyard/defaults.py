@@ -70,3 +70,5 @@ PRICES: dict[str, Decimal] = {
 CURRENCY = "USD"
 # Reserved instances an account may hold per instance type unless [quotas] says otherwise.
 DEFAULT_RESERVED_INSTANCE_QUOTA = 256
+# Instances of one type an account's running training jobs may hold at once.
+DEFAULT_TRAINING_INSTANCE_QUOTA = 64

@@ -8,10 +8,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dockyard.config import PlanSettings
 from dockyard.domain import jobs as rules
 from dockyard.domain.arns import training_job_arn
 from dockyard.domain.jobs import JobStatus, Secondary
-from dockyard.services.errors import ResourceInUse, ResourceNotFound, ValidationException
+from dockyard.services.errors import (
+    ResourceInUse,
+    ResourceLimitExceeded,
+    ResourceNotFound,
+    ValidationException,
+)
 from dockyard.store.tables import CapacityPool, TrainingJob
 
 # Request members kept on the job and shown again by DescribeTrainingJob.
@@ -94,8 +100,40 @@ def _check_runnable(params: dict[str, Any]) -> None:
         raise ValidationException("StoppingCondition.MaxRuntimeInSeconds is required")
 
 
+def _check_quota(
+    session: Session, account_id: str, region: str, params: dict[str, Any], settings: PlanSettings
+) -> None:
+    instance_type = params["ResourceConfig"]["InstanceType"]
+    wanted = int(params["ResourceConfig"]["InstanceCount"])
+    quota = settings.training_instance_quotas.get(instance_type, settings.training_instance_quota)
+    running = session.scalars(
+        select(TrainingJob.spec).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.region == region,
+            TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value]),
+        )
+    )
+    held = sum(
+        int(spec["ResourceConfig"]["InstanceCount"])
+        for spec in running
+        if spec.get("ResourceConfig", {}).get("InstanceType") == instance_type
+    )
+    if held + wanted > quota:
+        raise ResourceLimitExceeded(
+            f"The account-level service limit '{instance_type} for training job usage' is "
+            f"{quota} Instances, with current utilization of {held} Instances and a request "
+            f"delta of {wanted} Instances. Please use AWS Service Quotas to request an increase "
+            "for this quota."
+        )
+
+
 def create(
-    session: Session, now: datetime, account_id: str, region: str, params: dict[str, Any]
+    session: Session,
+    now: datetime,
+    account_id: str,
+    region: str,
+    params: dict[str, Any],
+    settings: PlanSettings,
 ) -> dict[str, Any]:
     _check_runnable(params)
     name = params["TrainingJobName"]
@@ -122,6 +160,7 @@ def create(
             "Training job names must be unique within an AWS account and region, and a "
             f"training job with this name already exists ({arn})"
         )
+    _check_quota(session, account_id, region, params, settings)
     job = TrainingJob(
         account_id=account_id,
         region=region,

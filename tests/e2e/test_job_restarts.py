@@ -95,3 +95,27 @@ def test_two_instances_talk_to_each_other(own_server: DockyardServer) -> None:
     with tarfile.open(s3_path(own_server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
         member = archive.extractfile("heard.txt")
         assert member is not None and member.read() == b"hello from algo-2 of 2"
+
+
+def test_training_instance_quota(tmp_path: Path) -> None:
+    config = tmp_path / "dockyard.toml"
+    config.write_text('[quotas.training_instances]\n"ml.m5.xlarge" = 1\n')
+    server = DockyardServer(tmp_path / "data")
+    server.extra_args = ["--config", str(config)]
+    server.start()
+    try:
+        for bucket in ("results", "data"):
+            (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+        client = server.client()
+        client.create_training_job(**script_job(server, "first", "import time; time.sleep(60)"))
+        with pytest.raises(client.exceptions.ResourceLimitExceeded) as excinfo:
+            client.create_training_job(**script_job(server, "second", "pass"))
+        assert "'ml.m5.xlarge for training job usage' is 1 Instances" in str(excinfo.value)
+        client.stop_training_job(TrainingJobName="first")
+        wait_for(client, "first", {"Stopped"})
+        client.create_training_job(**script_job(server, "second", "pass"))
+        assert (
+            wait_for(client, "second", {"Completed", "Failed"})["TrainingJobStatus"] == "Completed"
+        )
+    finally:
+        server.stop()

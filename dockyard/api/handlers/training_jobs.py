@@ -22,7 +22,9 @@ def list_training_jobs(ctx: RequestContext, params: dict[str, Any]) -> dict[str,
 
 def create_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
-        result = job_requests.create(session, ctx.clock.now(), ctx.account_id, ctx.region, params)
+        result = job_requests.create(
+            session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.plans
+        )
     ctx.state.control.nudge()
     return result
 
