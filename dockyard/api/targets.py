@@ -13,7 +13,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
-from dockyard.api.handlers import tags, training_jobs, training_plans
+from dockyard.api.handlers import logs, tags, training_jobs, training_plans
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,13 @@ def _sagemaker() -> ServiceTarget:
     )
 
 
+def _logs() -> ServiceTarget:
+    # The SageMaker training jobs' log group, read straight from the instances' log files.
+    return ServiceTarget(_model("logs"), dict(logs.HANDLERS))
+
+
 @cache
 def targets() -> dict[str, ServiceTarget]:
     """Target prefix (as in `X-Amz-Target: SageMaker.ListTrainingJobs`) -> service."""
-    services = [_sagemaker()]
+    services = [_sagemaker(), _logs()]
     return {str(s.model.metadata["targetPrefix"]): s for s in services}

@@ -29,7 +29,14 @@ from typing import IO, Any
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
 from dockyard.compute.agent_deps import install_requirements
-from dockyard.compute.agent_env import Layout, build_command, build_env, write_config
+from dockyard.compute.agent_env import (
+    Layout,
+    build_command,
+    build_env,
+    container_env,
+    mounts_opt_ml,
+    write_config,
+)
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
 
@@ -205,7 +212,11 @@ class Agent:
             process = subprocess.Popen(
                 command,
                 cwd=cwd,
-                env=build_env(spec, self.layout),
+                env=(
+                    container_env(build_env(spec, self.layout), self.layout)
+                    if mounts_opt_ml(spec)
+                    else build_env(spec, self.layout)
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,18 +276,53 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
     return env
 
 
-# A new network namespace starts with its loopback down; bring it up, then become the job.
-_ISOLATE = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "sh"]
+def mounts_opt_ml(spec: JobSpec) -> bool:
+    """Whether the job sees its tree at the real /opt/ml: in a private mount namespace,
+    where the host lets us make one (root, with unshare and mount); else under ROOT."""
+    if spec.mount_opt_ml is not None:
+        return spec.mount_opt_ml
+    return os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("mount"))
+
+
+def container_env(env: dict[str, str], layout: Layout) -> dict[str, str]:
+    """The environment as the job sees it when /opt/ml is mounted: paths under /opt/ml."""
+    inside = str(layout.opt_ml)
+    view = {
+        key: value.replace(inside, "/opt/ml") if key.startswith("SM_") else value
+        for key, value in env.items()
+    }
+    view["DOCKYARD_CONTAINER_ROOT"] = "/"
+    return view
 
 
 def build_command(spec: JobSpec, layout: Layout) -> list[str]:
-    """The job's command, inside its own network namespace when it asks for isolation.
+    """The job's command, in namespaces of its own where the job or the contract needs them.
 
-    Isolation needs the privilege to create namespaces (root here); without it the job
-    fails to start rather than run with the network it asked not to have.
+    `/opt/ml` is bind-mounted from the instance's tree in a private mount namespace (so
+    jobs side by side each see their own), and EnableNetworkIsolation adds a network
+    namespace with only loopback. Both need the privilege to create namespaces; a job
+    that asked for isolation fails to start without it rather than run with a network.
     """
     command = _job_command(spec, layout)
-    return [*_ISOLATE, *command] if spec.network_isolation else command
+    # Found here, not by the shell that wraps it, so a missing program reads as such.
+    if (
+        shutil.which(command[0], path=os.environ.get("PATH")) is None
+        and not (layout.code_dir / command[0]).is_file()
+    ):
+        raise ValueError(f"cannot run {command[0]}: no such program")
+    flags: list[str] = []
+    steps: list[str] = []
+    if mounts_opt_ml(spec):
+        flags += ["--mount", "--propagation", "private"]
+        steps.append(f"mkdir -p /opt/ml && mount --bind {shlex.quote(str(layout.opt_ml))} /opt/ml")
+    if spec.network_isolation:
+        flags.append("--net")
+        # A new network namespace starts with its loopback down.
+        steps.append("{ ip link set lo up 2>/dev/null || true; }")
+    if not flags:
+        return command
+    script = " && ".join([*steps, 'exec "$@"'])
+    return ["unshare", *flags, "--", "sh", "-c", script, "sh", *command]
 
 
 def _job_command(spec: JobSpec, layout: Layout) -> list[str]:

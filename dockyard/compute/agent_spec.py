@@ -39,6 +39,8 @@ class JobSpec:
     master_port: int = 7777
     # EnableNetworkIsolation: the job runs in a network namespace of its own (loopback only).
     network_isolation: bool = False
+    # See /opt/ml at its real path (a private mount namespace); None: wherever the host allows.
+    mount_opt_ml: bool | None = None
     # Where uv keeps its cache, shared between instances so reinstalls are quick.
     uv_cache_dir: str | None = None
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, select
 
+from dockyard.domain.jobs import TERMINAL, JobStatus
+from dockyard.services import logs, metrics
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.tables import TrainingJob
@@ -70,7 +73,11 @@ _SORT_COLUMNS = {
 
 
 def describe_training_job(
-    connection: Connection, account_id: str, region: str, name: str
+    connection: Connection,
+    account_id: str,
+    region: str,
+    name: str,
+    data_dir: Path | None = None,
 ) -> dict[str, Any]:
     job = connection.execute(
         _DESCRIBE, {"account_id": account_id, "region": region, "name": name}
@@ -85,6 +92,13 @@ def describe_training_job(
         "ModelArtifacts",
         {"S3ModelArtifacts": f"{output.rstrip('/')}/{job.name}/output/model.tar.gz"},
     )
+    # Scraped from the log files on read, and only where there is something to find:
+    # a finished job that declared MetricDefinitions.
+    definitions = spec.get("AlgorithmSpecification", {}).get("MetricDefinitions")
+    final_metrics = None
+    if definitions and JobStatus(job.status) in TERMINAL:
+        events = logs.job_events(connection, data_dir, account_id, region, job.name)
+        final_metrics = metrics.final_metrics(definitions, events)
     training_seconds = None
     if job.training_start_time and job.training_end_time:
         training_seconds = int((job.training_end_time - job.training_start_time).total_seconds())
@@ -101,6 +115,7 @@ def describe_training_job(
         "TrainingEndTime": job.training_end_time,
         "TrainingTimeInSeconds": training_seconds,
         "BillableTimeInSeconds": job.billable_seconds,
+        "FinalMetricDataList": final_metrics,
         "SecondaryStatusTransitions": [
             {
                 **item,

@@ -444,10 +444,17 @@ def test_job_spec_round_trip_and_commands(tmp_path: Path) -> None:
         JobSpec.from_json(json.dumps({"job_name": "j", "host": "algo-9"}))
 
     layout = Layout(tmp_path)
-    spec.entrypoint, spec.arguments, spec.python = ["python", "x.py"], ["--k", "v"], "/py"
-    assert build_command(spec, layout) == ["/py", "x.py", "--k", "v"]
+    py = sys.executable
+    spec.entrypoint, spec.arguments, spec.python = ["python", "x.py"], ["--k", "v"], py
+    spec.mount_opt_ml = False
+    assert build_command(spec, layout) == [py, "x.py", "--k", "v"]
     spec.entrypoint, spec.program = None, "train.py"
-    assert build_command(spec, layout) == ["/py", "train.py", "-a", "1"]
+    assert build_command(spec, layout) == [py, "train.py", "-a", "1"]
+    spec.mount_opt_ml = True  # the contract's /opt/ml, in a private mount namespace
+    wrapped = build_command(spec, layout)
+    assert wrapped[:4] == ["unshare", "--mount", "--propagation", "private"]
+    assert wrapped[-4:] == [py, "train.py", "-a", "1"] and "mount --bind" in wrapped[7]
+    spec.mount_opt_ml = False
     spec.program = None
     with pytest.raises(ValueError, match="neither"):
         build_command(spec, layout)

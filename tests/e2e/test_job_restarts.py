@@ -25,7 +25,7 @@ def own_server(tmp_path: Path) -> Iterator[DockyardServer]:
 def test_sigkilled_server_still_finishes_the_running_job(own_server: DockyardServer) -> None:
     code = """
         import os, pathlib, time
-        gate = pathlib.Path(os.environ["SM_OUTPUT_DATA_DIR"]).parent.parent.parent / "go"
+        gate = pathlib.Path(os.environ["SM_INPUT_DIR"]) / "go"
         print("waiting for the gate", flush=True)
         deadline = time.time() + 120
         while not gate.exists() and time.time() < deadline:
@@ -43,7 +43,7 @@ def test_sigkilled_server_still_finishes_the_running_job(own_server: DockyardSer
 
     own_server.kill()
     instance = next((own_server.data_dir / "instances").glob("*-survivor/algo-1"))
-    (instance / "opt" / "go").touch()  # let the job finish while no server is running
+    (instance / "opt" / "ml" / "input" / "go").touch()  # let it finish while no server runs
     state = instance / "state.json"
     deadline = time.monotonic() + 60
     while '"completed"' not in state.read_text():

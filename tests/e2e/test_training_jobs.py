@@ -277,3 +277,24 @@ def test_requirements_are_installed_first(server: DockyardServer) -> None:
     with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
         member = archive.extractfile("model.toml")
         assert member is not None and member.read() == b"ok = true\n"
+
+
+def test_the_job_sees_its_tree_at_opt_ml(server: DockyardServer) -> None:
+    code = """
+        import json, os
+        assert os.environ["SM_MODEL_DIR"] == "/opt/ml/model", os.environ["SM_MODEL_DIR"]
+        mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
+        assert "/opt/ml" in mounts, mounts
+        config = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+        with open("/opt/ml/model/where.txt", "w") as out:
+            out.write(config["current_host"] + " " + os.getcwd())
+    """
+    client = server.client()
+    client.create_training_job(**script_job(server, "opt-ml", code))
+    job = wait_for(client, "opt-ml", {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+        member = archive.extractfile("where.txt")
+        assert member is not None
+        host, cwd = member.read().decode().split()
+        assert host == "algo-1" and cwd.endswith("/opt/ml/code")

@@ -11,7 +11,11 @@ from dockyard.services import job_requests, training_jobs
 def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
         return training_jobs.describe_training_job(
-            connection, ctx.account_id, ctx.region, params["TrainingJobName"]
+            connection,
+            ctx.account_id,
+            ctx.region,
+            params["TrainingJobName"],
+            data_dir=ctx.state.settings.data_dir,
         )
 
 

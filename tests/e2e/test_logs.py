@@ -1,0 +1,181 @@
+"""CloudWatch Logs over a real job's output, and the metrics scraped from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.e2e.test_training_jobs import job_request, wait_for
+from tests.harness import DockyardServer
+
+GROUP = "/aws/sagemaker/TrainingJobs"
+JOB = "logs-and-metrics"
+LINES = ["starting", "epoch 1 loss=0.5", "epoch 2 loss=0.25", "accuracy: 0.9", "done"]
+# One line: ContainerEntrypoint members must match `.*`, which stops at a newline.
+CODE = f"[print(line, flush=True) for line in {LINES!r}]"
+DEFINITIONS = [
+    {"Name": "loss", "Regex": "loss=([0-9.]+)"},
+    {"Name": "acc", "Regex": "accuracy: ([0-9.]+)"},
+]
+
+
+@pytest.fixture(scope="module")
+def finished(server: DockyardServer) -> dict[str, Any]:
+    """One completed job with MetricDefinitions, shared by this module's tests."""
+    for bucket in ("results", "data"):
+        (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+    client = server.client()
+    request = job_request(JOB, CODE)
+    request["AlgorithmSpecification"]["MetricDefinitions"] = DEFINITIONS
+    client.create_training_job(**request)
+    job = wait_for(client, JOB, {"Completed", "Failed", "Stopped"})
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    return job
+
+
+def stream_name(job: dict[str, Any]) -> str:
+    return f"{JOB}/algo-1-{int(job['CreationTime'].timestamp())}"
+
+
+def messages(events: list[dict[str, Any]]) -> list[str]:
+    return [event["message"] for event in events]
+
+
+def test_describe_log_streams_shows_the_instance(
+    server: DockyardServer, finished: dict[str, Any]
+) -> None:
+    logs = server.client("logs")
+    streams = logs.describe_log_streams(logGroupName=GROUP, logStreamNamePrefix=f"{JOB}/")[
+        "logStreams"
+    ]
+    assert [s["logStreamName"] for s in streams] == [stream_name(finished)]
+    stream = streams[0]
+    assert stream["firstEventTimestamp"] <= stream["lastEventTimestamp"]
+    assert stream["arn"].endswith(f":log-group:{GROUP}:log-stream:{stream_name(finished)}")
+    everything = logs.describe_log_streams(
+        logGroupName=GROUP, orderBy="LastEventTime", descending=True
+    )["logStreams"]
+    assert stream_name(finished) in [s["logStreamName"] for s in everything]
+
+
+def test_get_log_events_returns_the_lines_in_order(
+    server: DockyardServer, finished: dict[str, Any]
+) -> None:
+    logs = server.client("logs")
+    name = stream_name(finished)
+    page = logs.get_log_events(logGroupName=GROUP, logStreamName=name, startFromHead=True)
+    assert messages(page["events"]) == LINES
+    again = logs.get_log_events(
+        logGroupName=GROUP, logStreamName=name, nextToken=page["nextForwardToken"]
+    )
+    assert again["events"] == [] and again["nextForwardToken"] == page["nextForwardToken"]
+
+    seen: list[str] = []
+    token = None
+    for _ in range(10):
+        kwargs = {"nextToken": token} if token else {"startFromHead": True}
+        page = logs.get_log_events(logGroupName=GROUP, logStreamName=name, limit=2, **kwargs)
+        seen += messages(page["events"])
+        if page["nextForwardToken"] == token:
+            break
+        token = page["nextForwardToken"]
+    assert seen == LINES
+
+    tail = logs.get_log_events(logGroupName=GROUP, logStreamName=name, limit=2)
+    assert messages(tail["events"]) == LINES[-2:]
+    before = logs.get_log_events(
+        logGroupName=GROUP, logStreamName=name, nextToken=tail["nextBackwardToken"], limit=2
+    )
+    assert messages(before["events"]) == LINES[1:3]
+
+
+def test_aws_cli_prints_the_log(server: DockyardServer, finished: dict[str, Any]) -> None:
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "aws"),
+            "logs",
+            "get-log-events",
+            "--log-group-name",
+            GROUP,
+            "--log-stream-name",
+            stream_name(finished),
+            "--start-from-head",
+            "--endpoint-url",
+            server.endpoint,
+            "--output",
+            "json",
+        ],
+        env=server.aws_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert messages(json.loads(result.stdout)["events"]) == LINES
+
+
+def test_filter_log_events_finds_the_loss_lines(
+    server: DockyardServer, finished: dict[str, Any]
+) -> None:
+    logs = server.client("logs")
+    found = logs.filter_log_events(
+        logGroupName=GROUP, logStreamNamePrefix=f"{JOB}/", filterPattern="loss"
+    )["events"]
+    assert messages(found) == ["epoch 1 loss=0.5", "epoch 2 loss=0.25"]
+    assert {event["logStreamName"] for event in found} == {stream_name(finished)}
+    assert len({event["eventId"] for event in found}) == 2
+    phrase = logs.filter_log_events(
+        logGroupName=GROUP, logStreamNames=[stream_name(finished)], filterPattern='"epoch 2"'
+    )["events"]
+    assert messages(phrase) == ["epoch 2 loss=0.25"]
+    paged = logs.get_paginator("filter_log_events").paginate(
+        logGroupName=GROUP,
+        logStreamNames=[stream_name(finished)],
+        filterPattern="epoch loss",
+        PaginationConfig={"PageSize": 1},
+    )
+    assert [m for page in paged for m in messages(page["events"])] == LINES[1:3]
+    with pytest.raises(ClientError) as error:
+        logs.filter_log_events(logGroupName=GROUP, filterPattern="{ $.level = 1 }")
+    assert error.value.response["Error"]["Code"] == "InvalidParameterException"
+
+
+def test_describe_reports_final_metrics(server: DockyardServer, finished: dict[str, Any]) -> None:
+    job = server.client().describe_training_job(TrainingJobName=JOB)
+    values = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
+    assert values == {"loss": 0.25, "acc": 0.9}
+    slack = timedelta(seconds=1)
+    for metric in job["FinalMetricDataList"]:
+        assert job["CreationTime"] - slack <= metric["Timestamp"] <= job["TrainingEndTime"] + slack
+
+
+def test_other_accounts_and_unknown_streams_are_not_found(
+    server: DockyardServer, finished: dict[str, Any]
+) -> None:
+    _, key = server.new_account("logs-stranger")
+    stranger = server.client("logs", key=key)
+    with pytest.raises(stranger.exceptions.ResourceNotFoundException) as error:
+        stranger.get_log_events(logGroupName=GROUP, logStreamName=stream_name(finished))
+    assert error.value.response["Error"]["Message"] == "The specified log stream does not exist."
+    assert stranger.describe_log_streams(logGroupName=GROUP)["logStreams"] == []
+
+    logs = server.client("logs")
+    with pytest.raises(logs.exceptions.ResourceNotFoundException):
+        logs.get_log_events(logGroupName=GROUP, logStreamName=f"{JOB}/algo-2-1")
+    with pytest.raises(logs.exceptions.ResourceNotFoundException) as error:
+        logs.describe_log_streams(logGroupName="/aws/sagemaker/Endpoints")
+    assert error.value.response["Error"]["Message"] == "The specified log group does not exist."
+    with pytest.raises(logs.exceptions.InvalidParameterException):
+        logs.get_log_events(
+            logGroupName=GROUP, logStreamName=stream_name(finished), nextToken="f/garbage"
+        )
+    with pytest.raises(ClientError) as error:
+        logs.create_log_group(logGroupName="/mine")
+    assert error.value.response["Error"]["Code"] == "NotImplementedException"
