@@ -11,12 +11,13 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import api_throughput, offering_search
+from bench import api_throughput, cold_start, offering_search
 
 # name -> run(quick) -> goal met (and no failed requests)
 BENCHMARKS: dict[str, Callable[[bool], bool]] = {
     "api_throughput": lambda quick: api_throughput.run(quick=quick),
     "offering_search": lambda quick: offering_search.run(quick=quick),
+    "cold_start": lambda quick: cold_start.run(quick=quick),
 }
 
 
