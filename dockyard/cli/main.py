@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from dockyard import __version__
-from dockyard.cli import accounts, clock, fleet, plans, serve
+from dockyard.cli import accounts, clock, fleet, jobs, plans, serve
 
 app = typer.Typer(
     help="dockyard: GPU training capacity behind the SageMaker API.",
@@ -17,6 +17,7 @@ app.add_typer(accounts.accounts_app, name="accounts")
 app.add_typer(accounts.keys_app, name="keys")
 app.add_typer(clock.app, name="clock")
 app.add_typer(plans.app, name="plans")
+app.add_typer(jobs.app, name="jobs")
 app.command("fleet")(fleet.fleet)
 
 

@@ -60,6 +60,8 @@ class JobsReconciler:
         self.backend = backend
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
+        # TrainingImage -> the interpreter that stands for it on this backend ([images]).
+        self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
         # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
         self.s3: dict[str, Any] = (
             {
@@ -155,13 +157,17 @@ class JobsReconciler:
         hyper = dict(spec.get("HyperParameters", {}))
         algorithm = spec["AlgorithmSpecification"]
         checkpoint = spec.get("CheckpointConfig") or {}
-        image = algorithm.get("TrainingImage")
-        log.info(
-            "training job %s: image %s runs on the server's own Python (%s)",
-            job.name,
-            image,
-            sys.executable,
-        )
+        image = algorithm.get("TrainingImage") or ""
+        python = self.images.get(image)
+        if python is None:
+            python = sys.executable
+            log.info(
+                "training job %s: image %s is not in [images]; it runs on the server's own "
+                "Python (%s)",
+                job.name,
+                image,
+                python,
+            )
         port = _free_port()
         return [
             {
@@ -175,7 +181,7 @@ class JobsReconciler:
                 "arguments": algorithm.get("ContainerArguments"),
                 "program": _decode(hyper.get("sagemaker_program")),
                 "submit_directory": _decode(hyper.get("sagemaker_submit_directory")),
-                "python": sys.executable,
+                "python": python,
                 "environment": spec.get("Environment", {}),
                 "output_path": spec["OutputDataConfig"]["S3OutputPath"],
                 "checkpoint_s3_uri": checkpoint.get("S3Uri"),
@@ -242,20 +248,14 @@ class JobsReconciler:
         now = self.clock.now()
         ended = [s["ended_at"] for s in (states or []) if s.get("ended_at")]
         end = datetime.fromisoformat(max(ended)) if ended else now
+        trained = any(state.get("training_started_at") for state in states or [])
         if outcome == "completed":
-            if Secondary(job.secondary_status) is not Secondary.UPLOADING:
-                for status, message in (
-                    (Secondary.DOWNLOADING, rules.DOWNLOADING),
-                    (Secondary.TRAINING, rules.TRAINING),
-                    (Secondary.UPLOADING, rules.UPLOADING),
-                ):
-                    if SECONDARY_ORDER.index(
-                        Secondary(job.secondary_status)
-                    ) < SECONDARY_ORDER.index(status):
-                        transition(job, status, message, now)
+            _catch_up(job, Secondary.UPLOADING, now)
             transition(job, Secondary.COMPLETED, rules.COMPLETED, now)
             set_status(job, JobStatus.COMPLETED, now)
         elif outcome == "failed":
+            # A job that failed between two polls still shows the steps it got through.
+            _catch_up(job, Secondary.TRAINING if trained else Secondary.DOWNLOADING, now)
             transition(job, Secondary.FAILED, reason or rules.FAILED, now)
             set_status(job, JobStatus.FAILED, now)
             job.failure_reason = (reason or "InternalServerError")[:1024]
@@ -289,6 +289,28 @@ class JobsReconciler:
                     created_at=now,
                 )
             )
+
+
+_STEPS = (
+    (Secondary.DOWNLOADING, rules.DOWNLOADING),
+    (Secondary.TRAINING, rules.TRAINING),
+    (Secondary.UPLOADING, rules.UPLOADING),
+)
+
+
+def _catch_up(job: TrainingJob, upto: Secondary, now: datetime) -> None:
+    """Record the steps a job went through between two polls, up to `upto`.
+
+    Only a job still on the normal path is caught up; one being stopped is not.
+    """
+    for status, message in _STEPS:
+        current = Secondary(job.secondary_status)
+        if current not in SECONDARY_ORDER:
+            return
+        if SECONDARY_ORDER.index(current) < SECONDARY_ORDER.index(status):
+            transition(job, status, message, now)
+        if status is upto:
+            return
 
 
 SECONDARY_ORDER = [

@@ -208,3 +208,27 @@ def stop(
     set_status(job, JobStatus.STOPPING, now)
     transition(job, Secondary.STOPPING, rules.STOPPING, now)
     return {}
+
+
+def delete(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
+    """Forget a finished job (its name may be used again); running ones are refused."""
+    job = session.scalar(
+        select(TrainingJob).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.region == region,
+            TrainingJob.name == name,
+        )
+    )
+    if job is None:
+        raise ResourceNotFound(
+            f"Requested resource not found: training job {name!r} does not exist"
+        )
+    if JobStatus(job.status) not in rules.TERMINAL:
+        raise ResourceInUse(
+            f"The training job {name} is {job.status}; only a Completed, Failed or Stopped job "
+            "can be deleted"
+        )
+    if job.warm_pool_status == "Available":
+        raise ResourceInUse(f"The training job {name} retains an Available warm pool")
+    session.delete(job)
+    return {}

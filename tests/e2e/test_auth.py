@@ -14,7 +14,7 @@ TARGET = "SageMaker.ListTrainingJobs"
 
 def test_valid_signature_passes(server: DockyardServer) -> None:
     status, body = signed_post(server, TARGET, b"{}")
-    assert status == 200 and body["TrainingJobSummaries"] == []
+    assert status == 200 and isinstance(body["TrainingJobSummaries"], list)
 
 
 def test_unknown_access_key(server: DockyardServer) -> None:

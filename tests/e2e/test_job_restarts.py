@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -117,5 +118,44 @@ def test_training_instance_quota(tmp_path: Path) -> None:
         assert (
             wait_for(client, "second", {"Completed", "Failed"})["TrainingJobStatus"] == "Completed"
         )
+    finally:
+        server.stop()
+
+
+def test_training_image_selects_the_interpreter_and_jobs_can_be_deleted(tmp_path: Path) -> None:
+    interpreter = tmp_path / "python-for-my-image"
+    interpreter.symlink_to(sys.executable)
+    config = tmp_path / "dockyard.toml"
+    config.write_text(f'[images]\n"my-image:1" = "{interpreter}"\n')
+    server = DockyardServer(tmp_path / "data")
+    server.extra_args = ["--config", str(config)]
+    server.start()
+    try:
+        for bucket in ("results", "data"):
+            (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+        code = """
+            import os, sys
+            open(os.path.join(os.environ["SM_MODEL_DIR"], "python"), "w").write(sys.executable)
+        """
+        client = server.client()
+        request = script_job(server, "imaged", code)
+        request["AlgorithmSpecification"]["TrainingImage"] = "my-image:1"
+        client.create_training_job(**request)
+        job = wait_for(client, "imaged", {"Completed", "Failed", "Stopped"})
+        assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+        with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
+            member = archive.extractfile("python")
+            assert member is not None and member.read().decode() == str(interpreter)
+
+        client.create_training_job(**script_job(server, "busy", "import time; time.sleep(60)"))
+        with pytest.raises(client.exceptions.ResourceInUse):
+            client.delete_training_job(TrainingJobName="busy")
+        client.stop_training_job(TrainingJobName="busy")
+        wait_for(client, "busy", {"Stopped"})
+        client.delete_training_job(TrainingJobName="imaged")
+        with pytest.raises(client.exceptions.ResourceNotFound):
+            client.describe_training_job(TrainingJobName="imaged")
+        with pytest.raises(client.exceptions.ResourceNotFound):
+            client.delete_training_job(TrainingJobName="imaged")
     finally:
         server.stop()

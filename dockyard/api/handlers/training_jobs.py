@@ -42,7 +42,13 @@ def stop_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, 
     return result
 
 
+def delete_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
+    with ctx.db.session() as session:
+        return job_requests.delete(session, ctx.account_id, ctx.region, params["TrainingJobName"])
+
+
 HANDLERS: dict[str, Handler] = {
+    "DeleteTrainingJob": delete_training_job,
     "CreateTrainingJob": create_training_job,
     "StopTrainingJob": stop_training_job,
     "DescribeTrainingJob": describe_training_job,
