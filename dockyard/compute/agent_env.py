@@ -315,6 +315,15 @@ def build_command(spec: JobSpec, layout: Layout) -> list[str]:
     if mounts_opt_ml(spec):
         flags += ["--mount", "--propagation", "private"]
         steps.append(f"mkdir -p /opt/ml && mount --bind {shlex.quote(str(layout.opt_ml))} /opt/ml")
+        # Every host of a job is this machine: algo-1..N resolve to loopback, so a job
+        # can rendezvous by host name as it would on SageMaker.
+        hosts = layout.root / "hosts"
+        try:
+            system = Path("/etc/hosts").read_text()
+        except OSError:
+            system = "127.0.0.1 localhost\n"
+        hosts.write_text(system.rstrip("\n") + "\n127.0.0.1 " + " ".join(spec.hosts) + "\n")
+        steps.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
     if spec.network_isolation:
         flags.append("--net")
         # A new network namespace starts with its loopback down.

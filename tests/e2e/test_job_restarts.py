@@ -78,7 +78,8 @@ def test_two_instances_talk_to_each_other(own_server: DockyardServer) -> None:
             deadline = time.time() + 60
             while True:
                 try:
-                    sock = socket.create_connection((os.environ["MASTER_ADDR"], port))
+                    # By host name: algo-1 resolves on this backend, as on SageMaker.
+                    sock = socket.create_connection((hosts[0], port))
                     break
                 except OSError:
                     if time.time() > deadline:
