@@ -11,8 +11,10 @@ everything here works the same against real SageMaker apart from the upload.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -90,15 +92,46 @@ def pack(directory: Path, archive: Path) -> int:
     return count
 
 
-def upload_source(directory: Path, data_dir: Path, name: str) -> str:
+def _s3_client(endpoint_url: str) -> Any:
+    """The S3 service a server started with --s3-endpoint-url uses (same keys, from env)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=os.environ.get("DOCKYARD_S3_REGION", "us-east-1"),
+        aws_access_key_id=os.environ.get("DOCKYARD_S3_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=os.environ.get("DOCKYARD_S3_SECRET_ACCESS_KEY") or None,
+    )
+
+
+def upload_source(
+    directory: Path, data_dir: Path, name: str, s3_endpoint_url: str | None = None
+) -> str:
     """Put the packed code where the job can read it; returns its s3:// URI.
 
     The server's S3 is local directories by default (`s3://b/k` is `<data-dir>/s3/b/k`),
-    so this writes the file there directly. An `--s3-endpoint-url` mode, for servers that
-    use a real S3, will upload it with a boto3 S3 client instead.
+    so the file is written there directly; with `--s3-endpoint-url` it is uploaded to
+    that S3 service instead, as the server's instances will read it from there.
     """
     key = f"code/{name}/source.tar.gz"
-    pack(directory, Path(data_dir) / "s3" / JOBS_BUCKET / key)
+    if not s3_endpoint_url:
+        pack(directory, Path(data_dir) / "s3" / JOBS_BUCKET / key)
+        return f"s3://{JOBS_BUCKET}/{key}"
+    s3 = _s3_client(s3_endpoint_url)
+    try:
+        s3.create_bucket(Bucket=JOBS_BUCKET)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in (
+            "BucketAlreadyOwnedByYou",
+            "BucketAlreadyExists",
+        ):
+            raise fail(f"cannot create bucket {JOBS_BUCKET}: {exc}") from exc
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "source.tar.gz"
+        pack(directory, archive)
+        try:
+            s3.upload_file(str(archive), JOBS_BUCKET, key)
+        except (ClientError, BotoCoreError) as exc:
+            raise fail(f"cannot upload the code to {s3_endpoint_url}: {exc}") from exc
     return f"s3://{JOBS_BUCKET}/{key}"
 
 
@@ -212,6 +245,14 @@ def run(
     endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
     data_dir: DataDir = DEFAULT_DATA,
     region: Region = DEFAULT_REGION,
+    s3_endpoint_url: str | None = typer.Option(
+        None,
+        "--s3-endpoint-url",
+        envvar="DOCKYARD_S3_ENDPOINT_URL",
+        help="The S3 service the server uses (its --s3-endpoint-url); keys from "
+        "DOCKYARD_S3_ACCESS_KEY_ID / DOCKYARD_S3_SECRET_ACCESS_KEY. Default: the local S3 "
+        "under --data-dir.",
+    ),
 ) -> None:
     """Pack DIR, upload it and run ENTRY_POINT as a training job; follow it to the end."""
     if not (directory / entry_point).is_file():
@@ -221,9 +262,10 @@ def run(
     name = name or default_name(directory, wall_now())
     hyperparameters = _pairs(hyperparameter, "--hyperparameter")
     channels = _channels(channel)
-    _ensure_output_bucket(data_dir, output)
+    if not s3_endpoint_url:
+        _ensure_output_bucket(data_dir, output)
     client = sagemaker(endpoint_url, data_dir, region)
-    source = upload_source(directory, data_dir, name)
+    source = upload_source(directory, data_dir, name, s3_endpoint_url)
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": {"TrainingImage": "python:3.11", "TrainingInputMode": "File"},

@@ -15,7 +15,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.e2e.test_training_jobs import job_request, wait_for
-from tests.harness import DockyardServer, free_port
+from tests.harness import DockyardServer, free_port, run_cli
 
 
 @pytest.fixture
@@ -85,6 +85,36 @@ def test_a_job_uses_the_s3_service(tmp_path: Path, s3_service: tuple[str, Any]) 
             member = tar.extractfile("answer.txt")
             assert member is not None and member.read() == b"42"
         assert not (server.data_dir / "s3").exists()  # nothing went to local directories
+
+        # `dockyard jobs run` uploads its code to the same S3 service.
+        code_dir = tmp_path / "cli-code"
+        code_dir.mkdir()
+        (code_dir / "train.py").write_text(
+            "import os, pathlib\n"
+            "(pathlib.Path(os.environ['SM_MODEL_DIR']) / 'cli.txt').write_text('via cli')\n"
+        )
+        result = run_cli(
+            "jobs",
+            "run",
+            str(code_dir),
+            "--entry-point",
+            "train.py",
+            "--name",
+            "cli-s3",
+            "--output",
+            "s3://results/out",
+            "--endpoint-url",
+            server.endpoint,
+            "--s3-endpoint-url",
+            endpoint,
+            data_dir=server.data_dir,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        body = s3.get_object(Bucket="results", Key="out/cli-s3/output/model.tar.gz")["Body"].read()
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            member = tar.extractfile("cli.txt")
+            assert member is not None and member.read() == b"via cli"
     finally:
         server.stop()
         for name in ("DOCKYARD_S3_ACCESS_KEY_ID", "DOCKYARD_S3_SECRET_ACCESS_KEY"):
