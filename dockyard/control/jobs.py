@@ -105,7 +105,9 @@ class JobsReconciler:
             specs = runtime.get("specs") or self._host_specs(job, runtime["placement"])
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
-        handles = self.backend.launch(f"{job.account_id}-{job.name}", specs)
+        handles = self.backend.launch(
+            rules.instance_key(job.account_id, job.region, job.name), specs
+        )
         states = [self.backend.poll(handle) for handle in handles]
         alive = [self.backend.alive(handle) for handle in handles]
         if job.stop_requested:

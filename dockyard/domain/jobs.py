@@ -76,3 +76,8 @@ STOPPING = "Stopping the training job."
 STOPPED = "Training job stopped."
 MAX_RUNTIME = "Training job reached the maximum allowed runtime and was stopped."
 FAILED = "Training job failed."
+
+
+def instance_key(account_id: str, region: str, job_name: str) -> str:
+    """The name of a job's instances on a backend: unique per account, region and job."""
+    return f"{account_id}-{region}-{job_name}"

@@ -186,9 +186,7 @@ def create(
     return {"TrainingJobArn": arn}
 
 
-def stop(
-    session: Session, now: datetime, account_id: str, region: str, name: str
-) -> dict[str, Any]:
+def _find(session: Session, account_id: str, region: str, name: str) -> TrainingJob:
     job = session.scalar(
         select(TrainingJob).where(
             TrainingJob.account_id == account_id,
@@ -200,6 +198,13 @@ def stop(
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"
         )
+    return job
+
+
+def stop(
+    session: Session, now: datetime, account_id: str, region: str, name: str
+) -> dict[str, Any]:
+    job = _find(session, account_id, region, name)
     if JobStatus(job.status) is not JobStatus.IN_PROGRESS:
         raise ValidationException(
             f"The training job {name} is {job.status}; only an InProgress job can be stopped"
@@ -212,17 +217,7 @@ def stop(
 
 def delete(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
     """Forget a finished job (its name may be used again); running ones are refused."""
-    job = session.scalar(
-        select(TrainingJob).where(
-            TrainingJob.account_id == account_id,
-            TrainingJob.region == region,
-            TrainingJob.name == name,
-        )
-    )
-    if job is None:
-        raise ResourceNotFound(
-            f"Requested resource not found: training job {name!r} does not exist"
-        )
+    job = _find(session, account_id, region, name)
     if JobStatus(job.status) not in rules.TERMINAL:
         raise ResourceInUse(
             f"The training job {name} is {job.status}; only a Completed, Failed or Stopped job "

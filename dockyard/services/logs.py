@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from dockyard.clock import utc
+from dockyard.domain.jobs import instance_key
 from dockyard.services.errors import ServiceError
 from dockyard.store.tables import TrainingJob
 
@@ -79,9 +80,10 @@ class Stream:
 # ------------------------------------------------------------------ files
 
 
-def instance_root(data_dir: Path, account_id: str, job_name: str, host: str) -> Path:
+def instance_root(data_dir: Path, account_id: str, region: str, job_name: str, host: str) -> Path:
     """Where the local backend runs one instance of a job (see compute.local)."""
-    return Path(data_dir).resolve() / "instances" / f"{account_id}-{job_name}" / host
+    key = instance_key(account_id, region, job_name)
+    return Path(data_dir).resolve() / "instances" / key / host
 
 
 def _parse(line: bytes) -> Event | None:
@@ -129,9 +131,9 @@ def _last_event(path: Path) -> Event | None:
     return events[-1] if events else None
 
 
-def _hosts(data_dir: Path, account_id: str, job_name: str) -> list[str]:
+def _hosts(data_dir: Path, account_id: str, region: str, job_name: str) -> list[str]:
     """The instances of a job that have a log file, algo-1 first."""
-    job_dir = instance_root(data_dir, account_id, job_name, "x").parent
+    job_dir = instance_root(data_dir, account_id, region, job_name, "x").parent
     try:
         names = [p.name for p in job_dir.iterdir() if _HOST.fullmatch(p.name)]
     except OSError:
@@ -144,7 +146,9 @@ def _epoch_seconds(moment: datetime) -> int:
     return int(utc(moment).timestamp())
 
 
-def _streams_of(data_dir: Path, account_id: str, name: str, created: datetime) -> list[Stream]:
+def _streams_of(
+    data_dir: Path, account_id: str, region: str, name: str, created: datetime
+) -> list[Stream]:
     epoch = _epoch_seconds(created)
     return [
         Stream(
@@ -152,9 +156,9 @@ def _streams_of(data_dir: Path, account_id: str, name: str, created: datetime) -
             job_name=name,
             host=host,
             job_created_ms=int(utc(created).timestamp() * 1000),
-            path=instance_root(data_dir, account_id, name, host) / "logs" / "output.jsonl",
+            path=instance_root(data_dir, account_id, region, name, host) / "logs" / "output.jsonl",
         )
-        for host in _hosts(data_dir, account_id, name)
+        for host in _hosts(data_dir, account_id, region, name)
     ]
 
 
@@ -171,7 +175,7 @@ def _all_streams(
         stream
         for row in rows
         if row.name.startswith(job_name)
-        for stream in _streams_of(data_dir, account_id, row.name, row.creation_time)
+        for stream in _streams_of(data_dir, account_id, region, row.name, row.creation_time)
         if stream.name.startswith(prefix)
     ]
     streams.sort(key=lambda stream: stream.name)
@@ -190,7 +194,7 @@ def _find_stream(
     ).first()
     if row is None:
         raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    for stream in _streams_of(data_dir, account_id, row.name, row.creation_time):
+    for stream in _streams_of(data_dir, account_id, region, row.name, row.creation_time):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)
@@ -489,10 +493,12 @@ def job_events(
         data_dir = Path(root).parent
     merged = [
         (event.timestamp, order, index, event.message)
-        for order, host in enumerate(_hosts(data_dir, account_id, job_name))
+        for order, host in enumerate(_hosts(data_dir, account_id, region, job_name))
         for index, event in enumerate(
             read_events(
-                instance_root(data_dir, account_id, job_name, host) / "logs" / "output.jsonl"
+                instance_root(data_dir, account_id, region, job_name, host)
+                / "logs"
+                / "output.jsonl"
             )
         )
     ]
