@@ -7,7 +7,6 @@ killed at any point picks the job up where its rows and its agents' files say it
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import sys
@@ -24,25 +23,14 @@ from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.domain import jobs as rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
-from dockyard.services import capacity
+from dockyard.services import capacity, ledger
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
-from dockyard.store.tables import LedgerEntry, TrainingJob
+from dockyard.store.tables import TrainingJob
 
 log = logging.getLogger("dockyard.control.jobs")
 PHASES = ("launching", "downloading", "training", "uploading")
 STOP_GRACE_SECONDS = 10
-
-
-def _decode(value: str | None) -> str | None:
-    """Script-mode hyperparameters arrive JSON-encoded from the SageMaker SDK ('"train.py"')."""
-    if value is None:
-        return None
-    try:
-        decoded = json.loads(value)
-    except ValueError:
-        return value
-    return decoded if isinstance(decoded, str) else value
 
 
 def _free_port() -> int:
@@ -181,8 +169,9 @@ class JobsReconciler:
                 "resource_config": spec["ResourceConfig"],
                 "entrypoint": algorithm.get("ContainerEntrypoint"),
                 "arguments": algorithm.get("ContainerArguments"),
-                "program": _decode(hyper.get("sagemaker_program")),
-                "submit_directory": _decode(hyper.get("sagemaker_submit_directory")),
+                # As the SDK sends them (JSON-quoted); the agent decodes them.
+                "program": hyper.get("sagemaker_program"),
+                "submit_directory": hyper.get("sagemaker_submit_directory"),
                 "python": python,
                 "environment": spec.get("Environment", {}),
                 "output_path": spec["OutputDataConfig"]["S3OutputPath"],
@@ -279,17 +268,16 @@ class JobsReconciler:
             seconds = max(0, int((end - job.training_start_time).total_seconds()))
             job.billable_seconds = seconds * count
             price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
-            session.add(
-                LedgerEntry(
-                    account_id=job.account_id,
-                    region=job.region,
-                    kind="training-job-instance-seconds",
-                    resource_arn=job.arn,
-                    amount=str((price * seconds * count / 3600).quantize(Decimal("0.0001"))),
-                    currency=self.plans.currency,
-                    description=f"{count} x {seconds} s of training job {job.name}",
-                    created_at=now,
-                )
+            ledger.record(
+                session,
+                account_id=job.account_id,
+                region=job.region,
+                kind="training-job-instance-seconds",
+                resource_arn=job.arn,
+                amount=(price * seconds * count / 3600).quantize(Decimal("0.0001")),
+                currency=self.plans.currency,
+                description=f"{count} x {seconds} s of training job {job.name}",
+                now=now,
             )
 
 

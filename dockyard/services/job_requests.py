@@ -18,6 +18,7 @@ from dockyard.services.errors import (
     ResourceNotFound,
     ValidationException,
 )
+from dockyard.store.scoped import owned
 from dockyard.store.tables import CapacityPool, TrainingJob
 
 # Request members kept on the job and shown again by DescribeTrainingJob.
@@ -107,16 +108,14 @@ def _check_quota(
     wanted = int(params["ResourceConfig"]["InstanceCount"])
     quota = settings.training_instance_quotas.get(instance_type, settings.training_instance_quota)
     running = session.scalars(
-        select(TrainingJob.spec).where(
-            TrainingJob.account_id == account_id,
-            TrainingJob.region == region,
-            TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value]),
+        owned(TrainingJob, account_id, region).where(
+            TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
         )
     )
     held = sum(
-        int(spec["ResourceConfig"]["InstanceCount"])
-        for spec in running
-        if spec.get("ResourceConfig", {}).get("InstanceType") == instance_type
+        int(job.spec["ResourceConfig"]["InstanceCount"])
+        for job in running
+        if job.spec.get("ResourceConfig", {}).get("InstanceType") == instance_type
     )
     if held + wanted > quota:
         raise ResourceLimitExceeded(
@@ -149,13 +148,7 @@ def create(
             f"the fleet has no {instance_type} instances in {region} for on-demand jobs"
         )
     arn = training_job_arn(region, account_id, name)
-    if session.scalar(
-        select(TrainingJob.id).where(
-            TrainingJob.account_id == account_id,
-            TrainingJob.region == region,
-            TrainingJob.name == name,
-        )
-    ):
+    if session.scalar(owned(TrainingJob, account_id, region).where(TrainingJob.name == name)):
         raise ResourceInUse(
             "Training job names must be unique within an AWS account and region, and a "
             f"training job with this name already exists ({arn})"
@@ -187,13 +180,7 @@ def create(
 
 
 def _find(session: Session, account_id: str, region: str, name: str) -> TrainingJob:
-    job = session.scalar(
-        select(TrainingJob).where(
-            TrainingJob.account_id == account_id,
-            TrainingJob.region == region,
-            TrainingJob.name == name,
-        )
-    )
+    job = session.scalar(owned(TrainingJob, account_id, region).where(TrainingJob.name == name))
     if job is None:
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"

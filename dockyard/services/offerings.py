@@ -29,6 +29,7 @@ from dockyard.services.errors import (
     ResourceNotFound,
     ValidationException,
 )
+from dockyard.store.scoped import owned
 from dockyard.store.tables import ReservedCapacity, TrainingPlan, TrainingPlanOffering
 
 
@@ -178,13 +179,7 @@ def create(
 ) -> dict[str, Any]:
     capacity.lock(session)  # first: every check below then sees every earlier booking
     name = params["TrainingPlanName"]
-    if session.scalar(
-        select(TrainingPlan.id).where(
-            TrainingPlan.account_id == account_id,
-            TrainingPlan.region == region,
-            TrainingPlan.name == name,
-        )
-    ):
+    if session.scalar(owned(TrainingPlan, account_id, region).where(TrainingPlan.name == name)):
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account")
     offering = session.get(TrainingPlanOffering, params["TrainingPlanOfferingId"])
     if offering is None or offering.account_id != account_id or offering.region != region:

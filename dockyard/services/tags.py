@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.services.errors import ValidationException
+from dockyard.store.scoped import owned
 from dockyard.store.tables import TrainingJob, TrainingPlan
 
 MAX_TAGS = 50
@@ -24,23 +24,10 @@ def _holder(
     parts = arn.split(":", 5)
     resource = parts[5] if len(parts) == 6 else ""
     kind = resource.split("/", 1)[0]
-    row: TrainingPlan | TrainingJob | None = None
-    if kind == "training-plan":
-        row = session.scalar(
-            select(TrainingPlan).where(
-                TrainingPlan.arn == arn,
-                TrainingPlan.account_id == account_id,
-                TrainingPlan.region == region,
-            )
-        )
-    elif kind == "training-job":
-        row = session.scalar(
-            select(TrainingJob).where(
-                TrainingJob.arn == arn,
-                TrainingJob.account_id == account_id,
-                TrainingJob.region == region,
-            )
-        )
+    model: Any = {"training-plan": TrainingPlan, "training-job": TrainingJob}.get(kind)
+    row = None
+    if model is not None:
+        row = session.scalar(owned(model, account_id, region).where(model.arn == arn))
     if row is None:
         raise ValidationException(f"Resource {arn} not found (or it carries no tags in dockyard)")
     return row

@@ -23,10 +23,11 @@ from dockyard.domain.plans import (
     hours_minutes,
     plan_status,
 )
-from dockyard.services import capacity
+from dockyard.services import capacity, ledger
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
-from dockyard.store.tables import Instance, LedgerEntry, ReservedCapacity, TrainingPlan
+from dockyard.store.scoped import owned
+from dockyard.store.tables import Instance, ReservedCapacity, TrainingPlan
 
 HEALTHY = "Healthy"
 
@@ -102,13 +103,7 @@ def _plan_view(plan: TrainingPlan, blocks: list[ReservedCapacity]) -> dict[str, 
 
 
 def _find(session: Session, account_id: str, region: str, name: str) -> TrainingPlan:
-    plan = session.scalar(
-        select(TrainingPlan).where(
-            TrainingPlan.account_id == account_id,
-            TrainingPlan.region == region,
-            TrainingPlan.name == name,
-        )
-    )
+    plan = session.scalar(owned(TrainingPlan, account_id, region).where(TrainingPlan.name == name))
     if plan is None:
         raise ResourceNotFound(f"Training plan {name!r} does not exist")
     return plan
@@ -129,9 +124,7 @@ _SORT = {
 def list_plans(
     session: Session, account_id: str, region: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    query = select(TrainingPlan).where(
-        TrainingPlan.account_id == account_id, TrainingPlan.region == region
-    )
+    query = owned(TrainingPlan, account_id, region)
     if "StartTimeAfter" in params:
         query = query.where(TrainingPlan.start_time > params["StartTimeAfter"])
     if "StartTimeBefore" in params:
@@ -164,11 +157,7 @@ def list_plans(
 
 def _capacity(session: Session, account_id: str, region: str, arn: str) -> ReservedCapacity:
     block = session.scalar(
-        select(ReservedCapacity).where(
-            ReservedCapacity.arn == arn,
-            ReservedCapacity.account_id == account_id,
-            ReservedCapacity.region == region,
-        )
+        owned(ReservedCapacity, account_id, region).where(ReservedCapacity.arn == arn)
     )
     if block is None:
         raise ResourceNotFound(f"Reserved capacity {arn!r} does not exist")
@@ -245,13 +234,6 @@ def list_ultraservers(
 # ----------------------------------------------------------------------------- reconciling
 
 
-def _spent(session: Session, account_id: str) -> Decimal:
-    amounts = session.scalars(
-        select(LedgerEntry.amount).where(LedgerEntry.account_id == account_id)
-    )
-    return sum((Decimal(a) for a in amounts), Decimal("0"))
-
-
 def _set_status(plan: TrainingPlan, new: PlanStatus, now: datetime) -> None:
     old = PlanStatus(plan.status)
     if old is not new:
@@ -269,7 +251,7 @@ def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> 
         blocks = _blocks(session, [plan.id])[plan.id]
         budget = settings.budgets.get(plan.account_id, settings.default_budget)
         fee = Decimal(plan.upfront_fee)
-        spent = _spent(session, plan.account_id)
+        spent = ledger.spent(session, plan.account_id)
         if budget is not None and spent + fee > budget:
             _set_status(plan, PlanStatus.FAILED, now)
             plan.status_message = (
@@ -283,17 +265,16 @@ def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> 
                 ).value
                 capacity.release(session, block.id)
         else:
-            session.add(
-                LedgerEntry(
-                    account_id=plan.account_id,
-                    region=plan.region,
-                    kind="training-plan-upfront-fee",
-                    resource_arn=plan.arn,
-                    amount=str(fee),
-                    currency=plan.currency,
-                    description=f"Upfront fee of training plan {plan.name}",
-                    created_at=now,
-                )
+            ledger.record(
+                session,
+                account_id=plan.account_id,
+                region=plan.region,
+                kind="training-plan-upfront-fee",
+                resource_arn=plan.arn,
+                amount=fee,
+                currency=plan.currency,
+                description=f"Upfront fee of training plan {plan.name}",
+                now=now,
             )
             _set_status(plan, PlanStatus.SCHEDULED, now)
             for block in blocks:
