@@ -87,6 +87,11 @@ class TrainingJob(Base):
     runtime: Mapped[dict[str, Any]] = mapped_column(default=dict)
     stop_requested: Mapped[bool] = mapped_column(default=False)
     billable_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
+    # The warm pool this job ran on or left behind (SPEC §5); the job's own view of it.
+    warm_pool_id: Mapped[int | None] = mapped_column(Integer, default=None, index=True)
+    warm_pool_reused_by: Mapped[str | None] = mapped_column(String(63), default=None)
+    # Seconds the pool was retained for this job, once that period is over.
+    warm_pool_retained_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class Instance(Base):
@@ -228,3 +233,67 @@ class LedgerEntry(Base):
     currency: Mapped[str] = mapped_column(String(8))
     description: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[datetime]
+
+
+class WarmPool(Base):
+    """A finished job's instances kept for the next matching job (SPEC §5).
+
+    One row per cluster of instances, from the first retention to termination; it passes
+    from job to job (`job_id` is the job it belongs to now).
+    """
+
+    __tablename__ = "warm_pools"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    region: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    instance_count: Mapped[int] = mapped_column(Integer)
+    # The matching fields of §5.3, canonicalised and hashed: equal keys, matching jobs.
+    match_key: Mapped[str] = mapped_column(String(64), index=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    # The backend's name for the instances (the first job's instance key) and where they are.
+    home: Mapped[str] = mapped_column(String(256))
+    placement: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # When the instances were first launched: the 28-day cap counts from here.
+    born_at: Mapped[datetime]
+    available_since: Mapped[datetime | None] = mapped_column(default=None)
+    deadline: Mapped[datetime | None] = mapped_column(default=None)
+    terminated_at: Mapped[datetime | None] = mapped_column(default=None)
+    termination_reason: Mapped[str | None] = mapped_column(String(256), default=None)
+
+
+class ServiceQuotaValue(Base):
+    """An account's applied value of one quota, where it differs from the default."""
+
+    __tablename__ = "service_quotas"
+    __table_args__ = (
+        UniqueConstraint("account_id", "region", "quota_code", name="uq_service_quotas_quota"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    region: Mapped[str] = mapped_column(String(32))
+    quota_code: Mapped[str] = mapped_column(String(32))
+    value: Mapped[float]
+    updated_at: Mapped[datetime]
+
+
+class QuotaRequest(Base):
+    """A RequestServiceQuotaIncrease, until an operator approves or denies it."""
+
+    __tablename__ = "quota_requests"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    region: Mapped[str] = mapped_column(String(32))
+    service_code: Mapped[str] = mapped_column(String(64))
+    quota_code: Mapped[str] = mapped_column(String(32))
+    quota_name: Mapped[str] = mapped_column(String(256))
+    desired_value: Mapped[float]
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    case_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    requester: Mapped[str | None] = mapped_column(String(256), default=None)
+    created_at: Mapped[datetime]
+    last_updated: Mapped[datetime]
