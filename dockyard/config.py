@@ -109,6 +109,10 @@ class PlanSettings:
     reserved_instance_quotas: dict[str, int]
     training_instance_quota: int
     training_instance_quotas: dict[str, int]
+    warm_pool_instance_quota: int
+    warm_pool_instance_quotas: dict[str, int]
+    # The development account's applied warm-pool quota per type, set when it is created.
+    development_warm_pool_instances: int
     default_budget: Decimal | None
     budgets: dict[str, Decimal | None]
     offering_ttl_seconds: int
@@ -158,6 +162,19 @@ def plan_settings(settings: Settings) -> PlanSettings:
             training_instance_quotas={
                 str(k): int(v) for k, v in dict(quotas.get("training_instances", {})).items()
             },
+            warm_pool_instance_quota=int(
+                quotas.get(
+                    "warm_pool_instances_per_type", defaults.DEFAULT_WARM_POOL_INSTANCE_QUOTA
+                )
+            ),
+            warm_pool_instance_quotas={
+                str(k): int(v) for k, v in dict(quotas.get("warm_pool_instances", {})).items()
+            },
+            development_warm_pool_instances=int(
+                quotas.get(
+                    "development_warm_pool_instances", defaults.DEVELOPMENT_WARM_POOL_INSTANCES
+                )
+            ),
             default_budget=_money(billing.get("budget", "unlimited"), "[billing].budget"),
             budgets={
                 str(account): _money(amount, f"[billing.budgets].{account}")

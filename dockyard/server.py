@@ -19,6 +19,7 @@ from dockyard.config import Settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
+from dockyard.control.pools import PoolsReconciler
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
@@ -62,13 +63,14 @@ def build(settings: Settings) -> Server:
         [
             ("plans", PlansReconciler(db, clock, plans)),
             ("jobs", JobsReconciler(db, clock, backend, settings, plans)),
+            ("pools", PoolsReconciler(db, clock, backend, plans)),
         ]
     )
     # A manual clock's jump wakes the reconcilers at once.
     clock.subscribe(lambda _now: control.nudge())
     box = SecretBox.for_data_dir(settings.data_dir)
     development = bootstrap.ensure_development_access(
-        db, box, settings.data_dir, clock.now(), settings.default_region
+        db, box, settings.data_dir, clock.now(), settings.default_region, plans
     )
     state = ServerState(
         settings=settings,

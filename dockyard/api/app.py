@@ -17,7 +17,12 @@ from starlette.routing import Route
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import Dispatcher
 from dockyard.api.metrics import ApiMetrics
-from dockyard.api.operator import clock_endpoint, fleet_endpoint
+from dockyard.api.operator import (
+    clock_endpoint,
+    fleet_endpoint,
+    quota_request_endpoint,
+    quota_requests_endpoint,
+)
 from dockyard.clock import monotonic
 
 
@@ -81,6 +86,12 @@ def create_app(state: ServerState) -> Starlette:
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),
             Route("/_dockyard/fleet", fleet_endpoint, methods=["GET"]),
+            Route("/_dockyard/quotas/requests", quota_requests_endpoint, methods=["GET"]),
+            Route(
+                "/_dockyard/quotas/requests/{request_id}",
+                quota_request_endpoint,
+                methods=["POST"],
+            ),
         ],
     )
     app.state.dockyard = state

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from dockyard.api import sigv4
+from dockyard.api.authorise import authorise
 from dockyard.api.context import RequestContext, ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.api.serialise import serialise_output
@@ -127,6 +128,18 @@ class Dispatcher:
             # Validate first, so a bad request says what is wrong even where the
             # operation itself is not implemented yet.
             params = parse_input(op_model.input_shape, self._decode(body))
+            # Before the handler lookup: a key's policy answers even for an operation
+            # dockyard does not implement, as IAM would answer before the service does.
+            if key.policy is not None:
+                authorise(
+                    key.policy,
+                    service.signing_name,
+                    name,
+                    signed.region,
+                    key.account_id,
+                    params,
+                    access_key_id=key.access_key_id,
+                )
             handler = service.handlers.get(name)
             if handler is None:
                 raise ApiError(

@@ -1,4 +1,4 @@
-"""Operator-only endpoints (ours, not AWS's): moving the manual clock.
+"""Operator-only endpoints (ours, not AWS's): the manual clock, the fleet, quota requests.
 
 Refused unless the caller presents the operator token from the data dir, and, for
 changes, unless the server runs with `--clock manual`.
@@ -16,7 +16,9 @@ from starlette.responses import JSONResponse
 
 from dockyard.api.context import ServerState
 from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
-from dockyard.services import clock_state, fleet
+from dockyard.domain.quotas import RequestStatus
+from dockyard.services import accounts, clock_state, fleet, quotas
+from dockyard.services.errors import ConflictException, ResourceNotFound, ServiceError
 
 OPERATOR_HEADER = "x-dockyard-operator-key"
 
@@ -87,3 +89,62 @@ async def fleet_endpoint(request: Request) -> JSONResponse:
     return JSONResponse(
         {"now": state.clock.now().isoformat(), "instances": await run_in_threadpool(view)}
     )
+
+
+def _service_error(exc: ServiceError) -> JSONResponse:
+    status = 409 if isinstance(exc, ConflictException) else exc.status
+    if exc.code in ("NoSuchResourceException", ResourceNotFound.code):
+        status = 404
+    return JSONResponse({"__type": exc.code, "message": exc.message}, status)
+
+
+async def quota_requests_endpoint(request: Request) -> JSONResponse:
+    """GET: quota increase requests, `?pending=1` for the undecided, `?account=` id or name."""
+    state: ServerState = request.app.state.dockyard
+    if not _authorised(state, request):
+        return _denied(_NOT_OPERATOR, 403)
+    account = request.query_params.get("account")
+    only_pending = request.query_params.get("pending", "") not in ("", "0", "false")
+
+    def view() -> list[dict[str, Any]]:
+        with state.db.read_session() as session:
+            account_id = accounts.find_account(session, account).id if account else None
+            return quotas.list_requests(
+                session,
+                state.plans,
+                account_id=account_id,
+                status=RequestStatus.PENDING if only_pending else None,
+            )
+
+    try:
+        return JSONResponse({"requests": await run_in_threadpool(view)})
+    except ServiceError as exc:
+        return _service_error(exc)
+
+
+async def quota_request_endpoint(request: Request) -> JSONResponse:
+    """POST {"decision": "approve"|"deny"}: decide one PENDING quota increase request."""
+    state: ServerState = request.app.state.dockyard
+    if not _authorised(state, request):
+        return _denied(_NOT_OPERATOR, 403)
+    request_id = request.path_params["request_id"]
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        body = None
+    decision = body.get("decision") if isinstance(body, dict) else None
+    if decision not in ("approve", "deny"):
+        return JSONResponse(
+            {"__type": "ValidationException", "message": 'say {"decision": "approve"|"deny"}'},
+            400,
+        )
+    decide = quotas.approve if decision == "approve" else quotas.deny
+
+    def apply() -> dict[str, Any]:
+        with state.db.session() as session:
+            return decide(session, state.clock.now(), request_id, state.plans)
+
+    try:
+        return JSONResponse(await run_in_threadpool(apply))
+    except ServiceError as exc:
+        return _service_error(exc)

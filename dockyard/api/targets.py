@@ -13,7 +13,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
-from dockyard.api.handlers import logs, tags, training_jobs, training_plans
+from dockyard.api.handlers import logs, service_quotas, tags, training_jobs, training_plans
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,13 @@ def _logs() -> ServiceTarget:
     return ServiceTarget(_model("logs"), dict(logs.HANDLERS))
 
 
+def _service_quotas() -> ServiceTarget:
+    # The accounts' SageMaker quotas; increases wait for an operator (`dockyard quotas`).
+    return ServiceTarget(_model("service-quotas"), dict(service_quotas.HANDLERS))
+
+
 @cache
 def targets() -> dict[str, ServiceTarget]:
     """Target prefix (as in `X-Amz-Target: SageMaker.ListTrainingJobs`) -> service."""
-    services = [_sagemaker(), _logs()]
+    services = [_sagemaker(), _logs(), _service_quotas()]
     return {str(s.model.metadata["targetPrefix"]): s for s in services}

@@ -78,21 +78,39 @@ def list_accounts(
 @keys_app.command("create")
 def create_key(
     account: str = typer.Option(..., "--account", help="Account id or name."),
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="An IAM-style policy document (JSON file) limiting what the key may do; "
+            "without one the key may do everything in its account.",
+        ),
+    ] = None,
     data_dir: DataDir = DEFAULT_DATA,
     config: ConfigFile = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Create an access key; its secret is shown once and stored encrypted."""
+    policy_text: str | None = None
+    if policy is not None:
+        try:
+            policy_text = policy.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read the policy file {policy}: {exc}") from exc
     settings, db = _open(data_dir, config, database_url)
     box = SecretBox.for_data_dir(settings.data_dir)
     try:
         with db.session() as session:
-            created = account_service.create_access_key(session, RealClock().now(), box, account)
+            created = account_service.create_access_key(
+                session, RealClock().now(), box, account, policy=policy_text
+            )
     except ServiceError as exc:
         raise fail(exc.message) from exc
     console.print(f"account:               {created.account_id}")
     console.print(f"aws_access_key_id:     {created.access_key_id}")
     console.print(f"aws_secret_access_key: {created.secret_access_key}")
+    if policy is not None:
+        console.print(f"policy:                {policy}")
     console.print("the secret is not shown again.")
 
 

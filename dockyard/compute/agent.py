@@ -11,12 +11,21 @@ Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`
 
 The job runs in its own process group so that a stop reaches every process it started:
 SIGTERM to the group, `stop_grace_seconds` to finish, then SIGKILL - SageMaker's contract.
+
+Warm pools (SPEC §5): a job with a keep-alive period leaves its agent running after
+the job ends. The agent waits for `next.json` (naming the next job's own directory,
+whose `job.json`, `state.json` and `logs/` are that job's) or for `release`; a byte on
+the `wake` FIFO makes it look at once. Between jobs /opt/ml is emptied except for the
+pool's persistent cache, and an interpreter is parked (`agent_zygote`) so the next
+job's Python is running before the job arrives. On release the cache is deleted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,16 +43,21 @@ from dockyard.compute.agent_env import (
     build_command,
     build_env,
     container_env,
+    job_command,
     mounts_opt_ml,
+    wrap_command,
     write_config,
 )
 from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.agent_zygote import BOOT, Zygote, script_argv
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
 
 TERMINAL_PHASES = frozenset({"completed", "failed", "stopped"})
 POLL_SECONDS = 0.1
+# An idle warm-pool agent is woken through its FIFO; this is only the fallback.
+IDLE_POLL_SECONDS = 1.0
 MAX_REASON = 1024
 # Long enough for any line a person would read; longer ones are split, not lost.
 MAX_LINE_BYTES = 64 * 1024
@@ -66,6 +80,7 @@ class State:
     phase: downloading | training | uploading | completed | failed | stopped
     pid: the user process (also its process group id), while there is one
     exit_code, failure_reason, stop_reason ("stop" | "max_runtime"),
+    interpreter: "parked" (a warm pool's waiting interpreter ran it) or "started",
     started_at, training_started_at, first_output_at, ended_at: ISO 8601 UTC or null.
     """
 
@@ -83,6 +98,11 @@ class State:
             "first_output_at": None,
             "stop_reason": None,
         }
+
+    def failed_infra(self) -> bool:
+        """Ended for a reason that may have damaged the instance: it is not kept (§5.1)."""
+        reason = self.data.get("failure_reason") or ""
+        return self.data.get("phase") == "failed" and reason.startswith("InternalServerError")
 
     def update(self, **changes: Any) -> None:
         with self._lock:
@@ -115,16 +135,20 @@ class Agent:
     def __init__(self, root: Path) -> None:
         self.layout = Layout(root.resolve())
         self.state = State(self.layout.state_file)
-        # Set by SIGTERM/SIGINT; checked, with the stop file, by the polling loops.
-        self._signalled = threading.Event()
+        # Set by SIGTERM/SIGINT; checked, with the stop file, by the polling loops. A
+        # plain flag: a handler that takes a lock (Event.set) deadlocks when a second
+        # signal lands while the first handler holds it.
+        self._signalled = False
+        self.spec: JobSpec | None = None  # the job being run, as it runs (after installs)
+        self._zygote: Zygote | None = None
 
     # -- stopping ---------------------------------------------------------------------
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signalled.set()
+        self._signalled = True
 
     def stop_requested(self) -> bool:
-        return self._signalled.is_set() or self.layout.stop_file.exists()
+        return self._signalled or self.layout.stop_file.exists()
 
     def _check_stop(self) -> None:
         if self.stop_requested():
@@ -146,13 +170,36 @@ class Agent:
             return self._finish(
                 "failed", failure_reason="InternalServerError: the instance agent was restarted"
             )
+        while True:
+            self._run_guarded()
+            spec = self.spec
+            if spec is None or spec.keep_alive_seconds <= 0 or self.state.failed_infra():
+                return self._shut_down()
+            # A warm pool candidate: wait for the next job, or for the pool's release.
+            run_dir = self._idle(spec)
+            if run_dir is None:
+                return self._shut_down()
+            self.layout = self.layout.for_run(run_dir)
+            self.state = State(self.layout.state_file)
+            self.state.update(phase="downloading", started_at=_iso_now())
+            self.spec = None
+
+    def _run_guarded(self) -> None:
         try:
-            return self._run()
+            self._run()
         except Exception as exc:  # whatever happens, the state must say so
             pid = self.state.data.get("pid")
             if isinstance(pid, int):
                 _kill_group(pid, signal.SIGKILL)
-            return self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
+            self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
+
+    def _shut_down(self) -> int:
+        """The instance goes: its warm pool cache with it (SPEC §5.5)."""
+        if self._zygote is not None:
+            self._zygote.discard()
+            self._zygote = None
+        shutil.rmtree(self.layout.warm_pool_cache, ignore_errors=True)
+        return 0
 
     def _previous_state(self) -> dict[str, Any] | None:
         try:
@@ -176,11 +223,13 @@ class Agent:
             return self._finish(
                 "failed", failure_reason=f"InternalServerError: unusable job.json: {exc}"
             )
+        self.spec = spec
         self.layout.make_dirs(spec)
         write_config(spec, self.layout)
         try:
             stage_inputs(spec, self.layout, store, self._check_stop)
             spec = install_requirements(spec, self.layout)
+            self.spec = spec
             command = build_command(spec, self.layout)
         except StopRequested:
             return self._finish("stopped", stop_reason="stop")
@@ -192,6 +241,64 @@ class Agent:
         if outcome["phase"] is None:
             return self._finish("failed", failure_reason=outcome["failure_reason"])
         return self._upload(spec, store, outcome)
+
+    # -- waiting in a warm pool -------------------------------------------------------
+
+    def _idle(self, spec: JobSpec) -> Path | None:
+        """Wait for the control plane: the next job's directory, or None (released)."""
+        # The finished job's files are uploaded: the next job gets a fresh /opt/ml (but
+        # the pool's cache), made now rather than while it waits.
+        self.layout.reset_for_next_job()
+        self._park_interpreter(spec)
+        fifo = self.layout.wake_fifo
+        if not fifo.exists():
+            os.mkfifo(fifo, 0o600)
+        # Read-write, so the FIFO always has a writer and select() sleeps until a byte
+        # arrives rather than seeing end-of-file.
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            while True:
+                if self._signalled or self.layout.release_file.exists():
+                    return None
+                run_dir = self._next_run()
+                if run_dir is not None:
+                    return run_dir
+                readable, _, _ = select.select([fd], [], [], IDLE_POLL_SECONDS)
+                if readable:
+                    try:
+                        os.read(fd, 4096)
+                    except BlockingIOError:
+                        pass
+        finally:
+            os.close(fd)
+
+    def _next_run(self) -> Path | None:
+        try:
+            data = json.loads(self.layout.next_file.read_text())
+            run_dir = Path(str(data["run"]))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+        self.layout.next_file.unlink(missing_ok=True)
+        if (run_dir / "state.json").exists() or not (run_dir / "job.json").is_file():
+            return None  # run already, or not a job: never twice
+        return run_dir
+
+    def _park_interpreter(self, spec: JobSpec) -> None:
+        key = self._interpreter_key(spec)
+        if self._zygote is not None:
+            if self._zygote.key == key and self._zygote.process.poll() is None:
+                return
+            self._zygote.discard()
+            self._zygote = None
+        command = wrap_command(spec, self.layout, [spec.python, "-c", BOOT])
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            self._zygote = Zygote.start(key, command, str(self.layout.root), env)
+        except OSError:
+            self._zygote = None  # the next job starts cold
+
+    def _interpreter_key(self, spec: JobSpec) -> tuple[str, ...]:
+        return (spec.python, *wrap_command(spec, self.layout, []))
 
     def _upload(self, spec: JobSpec, store: S3Store, outcome: dict[str, Any]) -> int:
         self.state.update(phase="uploading", pid=None)
@@ -206,28 +313,49 @@ class Agent:
 
     # -- training ---------------------------------------------------------------------
 
+    def _from_zygote(
+        self, spec: JobSpec, env: dict[str, str], cwd: Path
+    ) -> subprocess.Popen[bytes] | None:
+        zygote, self._zygote = self._zygote, None
+        if zygote is None:
+            return None
+        argv = script_argv(job_command(spec, self.layout), spec.python, spec.environment)
+        if argv is None or zygote.key != self._interpreter_key(spec):
+            zygote.discard()
+            return None
+        return zygote.activate(argv, env, str(cwd))
+
     def _train(self, spec: JobSpec, command: list[str]) -> dict[str, Any]:
         cwd = self.layout.code_dir if self.layout.code_dir.is_dir() else self.layout.root
+        env = (
+            container_env(build_env(spec, self.layout), self.layout)
+            if mounts_opt_ml(spec)
+            else build_env(spec, self.layout)
+        )
+        process = self._from_zygote(spec, env, cwd)
+        parked = process is not None
         try:
-            process = subprocess.Popen(
-                command,
-                cwd=cwd,
-                env=(
-                    container_env(build_env(spec, self.layout), self.layout)
-                    if mounts_opt_ml(spec)
-                    else build_env(spec, self.layout)
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, so a stop reaches all of it
-            )
+            if process is None:
+                process = subprocess.Popen(
+                    command,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own group, so a stop reaches all of it
+                )
         except OSError as exc:
             return {
                 "phase": None,
                 "failure_reason": f"ClientError: cannot run {command[0]}: {exc}",
             }
-        self.state.update(phase="training", pid=process.pid, training_started_at=_iso_now())
+        self.state.update(
+            phase="training",
+            pid=process.pid,
+            training_started_at=_iso_now(),
+            interpreter="parked" if parked else "started",
+        )
         assert process.stdout is not None
         reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
         reader.start()

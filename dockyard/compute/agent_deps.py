@@ -2,14 +2,17 @@
 
 Each instance gets a virtual environment of its own in its root that still sees the
 interpreter's packages (`--system-site-packages`), so a job adds what it needs
-without reinstalling what is there. uv's cache lives outside the instance (in the
-data dir, or a warm pool's cache later), so a second install of the same
-requirements copies files instead of downloading them.
+without reinstalling what is there. On a warm pool the environment stays from job to
+job and is installed into again only when the requirements differ (their hash is kept
+beside it). uv's cache lives outside the job: in the data dir, shared by instances,
+or, for a job that may leave a warm pool, in the pool's persistent cache (SPEC §5.5),
+so a pool that must reinstall copies files instead of downloading them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -45,14 +48,27 @@ def _run(command: list[str], env: dict[str, str]) -> None:
         raise ClientError("installing requirements.txt failed: " + " | ".join(tail))
 
 
+def _uv_cache(spec: JobSpec, layout: Layout) -> str:
+    if layout.warm_pool_cache.is_dir():
+        return str(layout.warm_pool_cache / ".dockyard" / "uv")
+    return spec.uv_cache_dir or str(layout.root / "uv-cache")
+
+
 def install_requirements(spec: JobSpec, layout: Layout) -> JobSpec:
     """Install the code's requirements.txt, if it has one; answer the spec to run with."""
     requirements = layout.code_dir / "requirements.txt"
     if not requirements.is_file():
         return spec
-    venv = layout.root / "venv"
+    venv = layout.venv
     python = venv / "bin" / "python"
-    env = {**os.environ, "UV_CACHE_DIR": spec.uv_cache_dir or str(layout.root / "uv-cache")}
+    marker = venv / ".dockyard-requirements"
+    # What was installed, for which interpreter: the same again needs no installing.
+    wanted = hashlib.sha256(spec.python.encode() + b"\0" + requirements.read_bytes()).hexdigest()
+    if python.exists() and marker.is_file() and marker.read_text() == wanted:
+        return dataclasses.replace(spec, python=str(python))
+    env = {**os.environ, "UV_CACHE_DIR": _uv_cache(spec, layout)}
+    if python.exists() and not (marker.is_file() and _same_base(marker, spec)):
+        shutil.rmtree(venv, ignore_errors=True)  # made for another interpreter
     if not python.exists():
         _run(
             [
@@ -69,4 +85,13 @@ def install_requirements(spec: JobSpec, layout: Layout) -> JobSpec:
     _run(
         [_uv(), "pip", "install", "--quiet", "--python", str(python), "-r", str(requirements)], env
     )
+    marker.write_text(wanted)
+    (venv / ".dockyard-base").write_text(spec.python)
     return dataclasses.replace(spec, python=str(python))
+
+
+def _same_base(marker: Path, spec: JobSpec) -> bool:
+    try:
+        return (marker.parent / ".dockyard-base").read_text() == spec.python
+    except OSError:
+        return False

@@ -24,13 +24,28 @@ GROUP = "homogeneousCluster"
 # Every host of a job runs on this machine, so they meet on the loopback interface.
 INTERFACE = "lo"
 MASTER_ADDR = "127.0.0.1"
+CACHE_VARIABLE = "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each file of the contract, and of the agent's own protocol, lives."""
+    """Where each file of the contract, and of the agent's own protocol, lives.
+
+    `root` is the instance's home: its /opt/ml, its Python environment, its warm pool
+    cache. `run` is where one job's files are (job.json in; state, logs, stop): the
+    home itself for the job that launched the instance, the later job's own directory
+    when a warm pool runs it (so each job's state and logs stay with that job).
+    """
 
     root: Path
+    run: Path | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run or self.root
+
+    def for_run(self, run: Path) -> Layout:
+        return Layout(self.root, run)
 
     def container(self, path: str) -> Path:
         """The instance's copy of an absolute container path."""
@@ -75,26 +90,62 @@ class Layout:
     def checkpoint_dir(self, spec: JobSpec) -> Path:
         return self.container(spec.checkpoint_local_path)
 
-    # The agent's side of the protocol with the control plane.
+    @property
+    def warm_pool_cache(self) -> Path:
+        """SPEC §5.5: kept from job to job on a pool, deleted when the pool terminates."""
+        return self.opt_ml / "sagemaker" / "warmpoolcache"
+
+    @property
+    def venv(self) -> Path:
+        return self.root / "venv"
+
+    # The agent's side of the protocol with the control plane: one job's files...
     @property
     def job_file(self) -> Path:
-        return self.root / "job.json"
+        return self.run_dir / "job.json"
 
     @property
     def state_file(self) -> Path:
-        return self.root / "state.json"
+        return self.run_dir / "state.json"
 
     @property
     def stop_file(self) -> Path:
-        return self.root / "stop"
+        return self.run_dir / "stop"
 
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / "logs" / "output.jsonl"
+
+    # ... and the instance's: its process, and how a warm pool is handed its next job.
     @property
     def pid_file(self) -> Path:
         return self.root / "agent.pid"
 
     @property
-    def log_file(self) -> Path:
-        return self.root / "logs" / "output.jsonl"
+    def next_file(self) -> Path:
+        """Written by the control plane: {"run": DIR} names the next job's directory."""
+        return self.root / "next.json"
+
+    @property
+    def release_file(self) -> Path:
+        """Created by the control plane: the pool is terminated; clean up and exit."""
+        return self.root / "release"
+
+    @property
+    def wake_fifo(self) -> Path:
+        """A byte written here wakes an idle agent at once (it also looks every second)."""
+        return self.root / "wake"
+
+    def reset_for_next_job(self) -> None:
+        """A fresh /opt/ml for the next job on a pool: everything but the pool's cache."""
+        keep = self.warm_pool_cache
+        for entry in list(self.opt_ml.iterdir()) if self.opt_ml.is_dir() else []:
+            if entry == keep.parent:
+                for inner in entry.iterdir():
+                    if inner != keep:
+                        _remove(inner)
+                continue
+            _remove(entry)
 
     def make_dirs(self, spec: JobSpec) -> None:
         for path in (
@@ -107,6 +158,15 @@ class Layout:
             self.log_file.parent,
         ):
             path.mkdir(parents=True, exist_ok=True)
+        if spec.keep_alive_seconds > 0:
+            self.warm_pool_cache.mkdir(parents=True, exist_ok=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def channel_names(spec: JobSpec) -> list[str]:
@@ -269,6 +329,8 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
             "DOCKYARD_CONTAINER_ROOT": str(layout.root),
         }
     )
+    if layout.warm_pool_cache.is_dir():
+        env[CACHE_VARIABLE] = str(layout.warm_pool_cache)
     for name, directory in channel_dirs.items():
         env[f"SM_CHANNEL_{name.upper()}"] = directory
     for key, value in hps.items():
@@ -288,7 +350,9 @@ def container_env(env: dict[str, str], layout: Layout) -> dict[str, str]:
     """The environment as the job sees it when /opt/ml is mounted: paths under /opt/ml."""
     inside = str(layout.opt_ml)
     view = {
-        key: value.replace(inside, "/opt/ml") if key.startswith("SM_") else value
+        key: value.replace(inside, "/opt/ml")
+        if key.startswith("SM_") or key == CACHE_VARIABLE
+        else value
         for key, value in env.items()
     }
     view["DOCKYARD_CONTAINER_ROOT"] = "/"
@@ -303,13 +367,18 @@ def build_command(spec: JobSpec, layout: Layout) -> list[str]:
     namespace with only loopback. Both need the privilege to create namespaces; a job
     that asked for isolation fails to start without it rather than run with a network.
     """
-    command = _job_command(spec, layout)
+    command = job_command(spec, layout)
     # Found here, not by the shell that wraps it, so a missing program reads as such.
     if (
         shutil.which(command[0], path=os.environ.get("PATH")) is None
         and not (layout.code_dir / command[0]).is_file()
     ):
         raise ValueError(f"cannot run {command[0]}: no such program")
+    return wrap_command(spec, layout, command)
+
+
+def wrap_command(spec: JobSpec, layout: Layout, command: list[str]) -> list[str]:
+    """`command` in the namespaces the job needs (see `build_command`)."""
     flags: list[str] = []
     steps: list[str] = []
     if mounts_opt_ml(spec):
@@ -334,7 +403,7 @@ def build_command(spec: JobSpec, layout: Layout) -> list[str]:
     return ["unshare", *flags, "--", "sh", "-c", script, "sh", *command]
 
 
-def _job_command(spec: JobSpec, layout: Layout) -> list[str]:
+def job_command(spec: JobSpec, layout: Layout) -> list[str]:
     """ContainerEntrypoint + ContainerArguments, or script mode's `python PROGRAM --hp v`."""
     if spec.entrypoint:
         command = list(spec.entrypoint) + list(spec.arguments or [])

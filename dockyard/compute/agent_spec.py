@@ -43,6 +43,9 @@ class JobSpec:
     mount_opt_ml: bool | None = None
     # Where uv keeps its cache, shared between instances so reinstalls are quick.
     uv_cache_dir: str | None = None
+    # ResourceConfig.KeepAlivePeriodInSeconds: > 0 keeps the instance after the job (a
+    # warm pool candidate): the agent waits for the next job or its release.
+    keep_alive_seconds: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:

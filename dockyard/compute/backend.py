@@ -15,6 +15,18 @@ class Backend(Protocol):
         """Start one instance per host spec (idempotent per job_key); answer their handles."""
         ...
 
+    def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+        """Run a job on a warm pool's instances (those launched for `home_key`)."""
+        ...
+
+    def release(self, home_key: str, hosts: list[str]) -> bool:
+        """Terminate a warm pool's instances; True once none is running (idempotent)."""
+        ...
+
+    def healthy(self, home_key: str, hosts: list[str]) -> bool:
+        """Whether every instance of a warm pool is still running."""
+        ...
+
     def poll(self, handle: str) -> dict[str, Any]:
         """The instance's state (the agent's state.json), or {"phase": "launching"}."""
         ...

@@ -7,12 +7,39 @@ so they outlive a server restart and a restarted server finds them by their root
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+
+def _write_private(path: Path, text: str) -> None:
+    # A spec may carry S3 credentials: readable by its owner only; replaced atomically.
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _wake(home: Path) -> None:
+    """One byte on the idle agent's FIFO; nobody listening is fine (it also polls)."""
+    try:
+        fd = os.open(home / "wake", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENOENT):
+            return
+        raise
+    try:
+        os.write(fd, b"w")
+    except BlockingIOError:
+        pass  # the pipe is full of wake-ups already
+    finally:
+        os.close(fd)
 
 
 class LocalBackend:
@@ -33,12 +60,7 @@ class LocalBackend:
             if (root / "agent.pid").exists() or str(root) in self._children:
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(parents=True, exist_ok=True)
-            # The spec may carry S3 credentials: readable by its owner only.
-            tmp = root / "job.json.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(json.dumps(spec, indent=2))
-            os.replace(tmp, root / "job.json")
+            _write_private(root / "job.json", json.dumps(spec, indent=2))
             with open(root / "agent.log", "ab") as log:
                 self._children[str(root)] = subprocess.Popen(
                     [sys.executable, "-m", "dockyard.compute.agent", str(root)],
@@ -49,6 +71,52 @@ class LocalBackend:
                     cwd=root,
                 )
         return handles
+
+    def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+        """Hand a job to a warm pool's running agents; answer the job's handles.
+
+        The job gets its own directory per host (its job.json, state, logs); the
+        pool's agent (the instance's home) is told where it is and woken. Safe to
+        repeat: a host that has the job already is only woken again.
+        """
+        handles = []
+        for spec in host_specs:
+            home = self._root(home_key, spec["host"])
+            run = self._root(job_key, spec["host"])
+            handles.append(str(run))
+            run.mkdir(parents=True, exist_ok=True)
+            if not (run / "job.json").exists():
+                _write_private(run / "job.json", json.dumps(spec, indent=2))
+            if not (run / "agent.pid").exists():
+                # The same process: alive() and "never launch twice" read this file.
+                shutil.copyfile(home / "agent.pid", run / "agent.pid")
+            if not (run / "state.json").exists():
+                (home / ".next.json.tmp").write_text(json.dumps({"run": str(run)}))
+                os.replace(home / ".next.json.tmp", home / "next.json")
+            _wake(home)
+        return handles
+
+    def release(self, home_key: str, hosts: list[str]) -> bool:
+        """Terminate a warm pool's instances; True once none of them is running.
+
+        The agent deletes the pool's cache as it exits; one that died without doing
+        so has it deleted here. Safe to repeat.
+        """
+        gone = True
+        for host in hosts:
+            home = self._root(home_key, host)
+            if not home.is_dir():
+                continue
+            if self.alive(str(home)):
+                gone = False
+                (home / "release").touch()
+                _wake(home)
+            else:
+                shutil.rmtree(home / "opt" / "ml" / "sagemaker" / "warmpoolcache", True)
+        return gone
+
+    def healthy(self, home_key: str, hosts: list[str]) -> bool:
+        return all(self.alive(str(self._root(home_key, host))) for host in hosts)
 
     def poll(self, handle: str) -> dict[str, Any]:
         child = self._children.get(handle)
@@ -68,8 +136,16 @@ class LocalBackend:
             return child.poll() is None
         try:
             pid = int((Path(handle) / "agent.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return False
+        # A warm pool's later jobs name the agent this process started for an earlier
+        # one: ask the child itself, as a dead child is a zombie until it is reaped.
+        for started in self._children.values():
+            if started.pid == pid:
+                return started.poll() is None
+        try:
             os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError):
+        except ProcessLookupError:
             return False
         except PermissionError:
             return True

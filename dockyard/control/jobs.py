@@ -23,7 +23,8 @@ from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.domain import jobs as rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
-from dockyard.services import capacity, ledger
+from dockyard.domain.warm_pools import keep_alive_seconds
+from dockyard.services import capacity, ledger, warm_pools
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob
@@ -93,9 +94,12 @@ class JobsReconciler:
             specs = runtime.get("specs") or self._host_specs(job, runtime["placement"])
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
-        handles = self.backend.launch(
-            rules.instance_key(job.account_id, job.region, job.name), specs
-        )
+        key = rules.instance_key(job.account_id, job.region, job.name)
+        home = str(runtime.get("home") or key)
+        if home == key:
+            handles = self.backend.launch(key, specs)
+        else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
+            handles = self.backend.assign(home, key, specs)
         states = [self.backend.poll(handle) for handle in handles]
         alive = [self.backend.alive(handle) for handle in handles]
         if job.stop_requested:
@@ -114,6 +118,12 @@ class JobsReconciler:
         count = int(resources["InstanceCount"])
         runtime = timedelta(seconds=int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]))
         capacity.lock(session)
+        claimed = warm_pools.claim(session, job, now, self.plans)
+        if claimed is not None:
+            warm, previous = claimed
+            job.runtime = {"placement": dict(warm.placement), "home": warm.home}
+            transition(job, Secondary.STARTING, rules.warm_start(previous), now)
+            return True
         calendar = capacity.load_calendar(
             session, now, region=job.region, instance_type=resources["InstanceType"]
         )
@@ -128,7 +138,12 @@ class JobsReconciler:
                     holder=job.arn,
                     account_id=job.account_id,
                 )
-                job.runtime = {"placement": {"pool": pool.key, "az": pool.availability_zone}}
+                job.runtime = {
+                    "placement": {"pool": pool.key, "az": pool.availability_zone},
+                    "home": rules.instance_key(job.account_id, job.region, job.name),
+                    # On the control plane's clock: a warm pool's 28 days count from here.
+                    "placed_at": now.isoformat(),
+                }
                 transition(job, Secondary.STARTING, rules.LAUNCHING, now)
                 return True
         transition(
@@ -184,6 +199,7 @@ class JobsReconciler:
                 "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
                 "uv_cache_dir": str(self.data_dir / "uv-cache"),
                 "availability_zone": placement["az"],
+                "keep_alive_seconds": keep_alive_seconds(spec),
             }
             for host in hosts
         ]
@@ -263,6 +279,16 @@ class JobsReconciler:
             job.transitions = {"items": history}
         job.training_end_time = end
         capacity.release(session, job.arn)
+        launched = any(state.get("phase", "launching") != "launching" for state in states or [])
+        warm_pools.settle(
+            session,
+            job,
+            now,
+            outcome=outcome,
+            failure_reason=job.failure_reason,
+            launched=launched,
+            plans=self.plans,
+        )
         count = int(job.spec["ResourceConfig"]["InstanceCount"])
         if job.training_start_time is not None:
             seconds = max(0, int((end - job.training_start_time).total_seconds()))

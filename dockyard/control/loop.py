@@ -27,6 +27,9 @@ class ControlLoop:
         self._completed = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # Reconcilers a nudge asked for: they go first in the next pass, so a new job's
+        # latency does not include every other reconciler's pass.
+        self._urgent: set[str] = set()
 
     def start(self) -> None:
         if self._thread is None:
@@ -40,7 +43,9 @@ class ControlLoop:
             self._thread.join(timeout=30)
             self._thread = None
 
-    def nudge(self) -> None:
+    def nudge(self, first: str | None = None) -> None:
+        if first is not None:
+            self._urgent.add(first)
         self._wake.set()
 
     def sync(self, timeout: float = 60.0) -> bool:
@@ -53,7 +58,9 @@ class ControlLoop:
             return self._done.wait_for(lambda: self._completed >= target, timeout=timeout)
 
     def run_once(self) -> None:
-        for name, reconcile in self._reconcilers:
+        urgent, self._urgent = self._urgent, set()
+        ordered = sorted(self._reconcilers, key=lambda item: item[0] not in urgent)
+        for name, reconcile in ordered:
             try:
                 reconcile()
             except Exception:  # one failing reconciler must not stop the others

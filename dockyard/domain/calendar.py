@@ -173,6 +173,25 @@ class PoolCalendar:
         """Whether `count` more instances can be held over [start, end)."""
         return self._max_usage(to_us(start), to_us(end)) + count <= self.pool.capacity
 
+    def fits_until(self, start: datetime, end: datetime, count: int) -> datetime:
+        """The latest instant in [start, end] up to which `count` more instances can be
+        held from `start` on (`start` itself if not even an instant fits).
+
+        A warm pool keeps its instances until its deadline or until capacity sold for
+        later (a plan's block) needs them, whichever comes first.
+        """
+        s, e = to_us(start), to_us(end)
+        ceiling = self.pool.capacity - count
+        index = bisect_right(self._times, s) - 1
+        if (self._levels[index] if index >= 0 else 0) > ceiling:
+            return start
+        index += 1
+        while index < len(self._times) and self._times[index] < e:
+            if self._levels[index] > ceiling:
+                return from_us(self._times[index])
+            index += 1
+        return end
+
     def leases(self) -> list[Lease]:
         return sorted(self._leases.elements(), key=lambda x: (x.start, x.end, x.count))
 

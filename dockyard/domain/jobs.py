@@ -78,6 +78,11 @@ MAX_RUNTIME = "Training job reached the maximum allowed runtime and was stopped.
 FAILED = "Training job failed."
 
 
+def warm_start(previous_job: str) -> str:
+    """The Starting message of a job that reuses a warm pool (SPEC §4.2)."""
+    return f"Starting the training job using a warm pool (the instances of {previous_job})."
+
+
 def instance_key(account_id: str, region: str, job_name: str) -> str:
     """The name of a job's instances on a backend: unique per account, region and job."""
     return f"{account_id}-{region}-{job_name}"

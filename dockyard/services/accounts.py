@@ -11,6 +11,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from dockyard.domain.policy import PolicyError, parse_policy
 from dockyard.secretbox import SecretBox
 from dockyard.services.errors import ConflictException, ResourceNotFound, ValidationException
 from dockyard.store.tables import AccessKey, Account
@@ -78,6 +79,13 @@ def list_accounts(session: Session) -> list[Account]:
 def create_access_key(
     session: Session, now: datetime, box: SecretBox, account_id: str, policy: str | None = None
 ) -> Credentials:
+    """A new key for the account; `policy` (IAM JSON) limits what it may do, None nothing."""
+    if policy is not None:
+        try:
+            # Stored compact, as parsed: what is enforced is exactly what was validated.
+            policy = parse_policy(policy).text
+        except PolicyError as exc:
+            raise ValidationException(f"invalid policy: {exc}") from exc
     account = find_account(session, account_id)
     access_key_id = "AKIA" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(16))
     secret = "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(40))

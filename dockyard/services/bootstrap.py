@@ -14,9 +14,12 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from dockyard.config import PlanSettings
+from dockyard.domain.quotas import QuotaKind
 from dockyard.secretbox import SecretBox, write_private
-from dockyard.services import accounts
+from dockyard.services import accounts, quotas
 from dockyard.store.db import Database
 from dockyard.store.tables import AccessKey, Account
 
@@ -60,8 +63,30 @@ def write_credentials(path: Path, access_key_id: str, secret: str) -> None:
     )
 
 
+def _grant_development_quotas(
+    session: Session, now: datetime, account_id: str, region: str, settings: PlanSettings
+) -> None:
+    # AWS starts every account at a warm-pool quota of 0; the development account gets
+    # some at once so that trying warm pools after `make run` needs no operator step.
+    for quota in quotas.quota_catalog(settings):
+        if quota.kind is QuotaKind.WARM_POOL:
+            quotas.set_value(
+                session,
+                now,
+                account_id,
+                region,
+                quota.code,
+                settings.development_warm_pool_instances,
+            )
+
+
 def ensure_development_access(
-    db: Database, box: SecretBox, data_dir: Path, now: datetime, region: str
+    db: Database,
+    box: SecretBox,
+    data_dir: Path,
+    now: datetime,
+    region: str,
+    settings: PlanSettings,
 ) -> DevelopmentAccess:
     data_dir = Path(data_dir)
     credentials_file = data_dir / CREDENTIALS_FILE
@@ -74,6 +99,7 @@ def ensure_development_access(
         )
         if account is None:
             account = accounts.create_account(session, now, accounts.DEVELOPMENT_ACCOUNT)
+            _grant_development_quotas(session, now, account.id, region, settings)
         existing = _read_credentials(credentials_file) if credentials_file.exists() else None
         if existing is not None:
             key = session.get(AccessKey, existing[0])

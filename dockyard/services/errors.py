@@ -34,3 +34,20 @@ class ConflictException(ServiceError):
 
 class AccessDeniedException(ServiceError):
     code = "AccessDeniedException"
+
+
+# Service Quotas' own error codes (its model names these, not SageMaker's).
+class NoSuchResourceException(ServiceError):
+    code = "NoSuchResourceException"
+
+
+class IllegalArgumentException(ServiceError):
+    code = "IllegalArgumentException"
+
+
+class ResourceAlreadyExistsException(ServiceError):
+    code = "ResourceAlreadyExistsException"
+
+
+class InvalidPaginationTokenException(ServiceError):
+    code = "InvalidPaginationTokenException"

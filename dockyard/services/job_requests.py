@@ -10,8 +10,12 @@ from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
 from dockyard.domain import jobs as rules
+from dockyard.domain import warm_pools as warm_pool_rules
 from dockyard.domain.arns import training_job_arn
 from dockyard.domain.jobs import JobStatus, Secondary
+from dockyard.domain.quotas import QuotaKind
+from dockyard.domain.warm_pools import WarmPoolStatus
+from dockyard.services import quotas
 from dockyard.services.errors import (
     ResourceInUse,
     ResourceLimitExceeded,
@@ -19,7 +23,7 @@ from dockyard.services.errors import (
     ValidationException,
 )
 from dockyard.store.scoped import owned
-from dockyard.store.tables import CapacityPool, TrainingJob
+from dockyard.store.tables import CapacityPool, TrainingJob, WarmPool
 
 # Request members kept on the job and shown again by DescribeTrainingJob.
 KEPT = (
@@ -34,6 +38,7 @@ KEPT = (
     "EnableNetworkIsolation",
     "EnableInterContainerTrafficEncryption",
     "EnableManagedSpotTraining",
+    "SessionChainingConfig",
     "CheckpointConfig",
     "Environment",
     "RetryStrategy",
@@ -106,7 +111,9 @@ def _check_quota(
 ) -> None:
     instance_type = params["ResourceConfig"]["InstanceType"]
     wanted = int(params["ResourceConfig"]["InstanceCount"])
-    quota = settings.training_instance_quotas.get(instance_type, settings.training_instance_quota)
+    quota = quotas.limit(
+        session, settings, account_id, region, QuotaKind.TRAINING_JOB, instance_type
+    )
     running = session.scalars(
         owned(TrainingJob, account_id, region).where(
             TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
@@ -117,6 +124,19 @@ def _check_quota(
         for job in running
         if job.spec.get("ResourceConfig", {}).get("InstanceType") == instance_type
     )
+    # Kept warm pool instances count too (SPEC §5.7), except a pool this job would
+    # take over: its instances move to the job rather than add to the account's.
+    key = warm_pool_rules.match_key(params)
+    kept = session.execute(
+        select(WarmPool.instance_count, WarmPool.match_key).where(
+            WarmPool.account_id == account_id,
+            WarmPool.region == region,
+            WarmPool.instance_type == instance_type,
+            WarmPool.status == WarmPoolStatus.AVAILABLE.value,
+        )
+    ).all()
+    reusable = max((count for count, pool_key in kept if pool_key == key), default=0)
+    held += sum(count for count, _ in kept) - reusable
     if held + wanted > quota:
         raise ResourceLimitExceeded(
             f"The account-level service limit '{instance_type} for training job usage' is "
@@ -134,6 +154,9 @@ def create(
     params: dict[str, Any],
     settings: PlanSettings,
 ) -> dict[str, Any]:
+    refused = warm_pool_rules.refusal(params)
+    if refused is not None:
+        raise ValidationException(refused)
     _check_runnable(params)
     name = params["TrainingJobName"]
     instance_type = params["ResourceConfig"]["InstanceType"]

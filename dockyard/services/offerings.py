@@ -22,7 +22,8 @@ from dockyard.domain import offerings as rules
 from dockyard.domain.arns import reserved_capacity_arn, training_plan_arn
 from dockyard.domain.calendar import Calendar
 from dockyard.domain.plans import TERMINAL, PlanStatus, upfront_fee
-from dockyard.services import capacity
+from dockyard.domain.quotas import QuotaKind
+from dockyard.services import capacity, quotas
 from dockyard.services.errors import (
     ResourceInUse,
     ResourceLimitExceeded,
@@ -165,10 +166,6 @@ def search(
     return {"TrainingPlanOfferings": views}
 
 
-def _quota(settings: PlanSettings, instance_type: str) -> int:
-    return settings.reserved_instance_quotas.get(instance_type, settings.reserved_instance_quota)
-
-
 def create(
     session: Session,
     now: datetime,
@@ -225,7 +222,9 @@ def create(
             TrainingPlan.status.not_in([s.value for s in TERMINAL]),
         )
     )
-    quota = _quota(settings, instance_type)
+    quota = quotas.limit(
+        session, settings, account_id, region, QuotaKind.TRAINING_PLAN, instance_type
+    )
     if int(held or 0) + instance_count > quota:
         raise ResourceLimitExceeded(
             f"This plan would hold {instance_count} more {instance_type} instances; the account "

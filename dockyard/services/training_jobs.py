@@ -21,9 +21,18 @@ from dockyard.domain.jobs import TERMINAL, JobStatus
 from dockyard.services import logs, metrics
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
-from dockyard.store.tables import TrainingJob
+from dockyard.services.warm_pools import job_view
+from dockyard.store.tables import TrainingJob, WarmPool
 
 JOBS = TrainingJob.__table__
+POOLS = WarmPool.__table__
+# When the job's pool became Available for it: its retained time counts from there.
+_POOL_SINCE = (
+    select(POOLS.c.available_since)
+    .where(POOLS.c.id == JOBS.c.warm_pool_id, POOLS.c.job_id == JOBS.c.id)
+    .scalar_subquery()
+    .label("pool_since")
+)
 _SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
 _SUMMARY = (
     JOBS.c.id,
@@ -35,6 +44,9 @@ _SUMMARY = (
     JOBS.c.status,
     JOBS.c.secondary_status,
     JOBS.c.warm_pool_status,
+    JOBS.c.warm_pool_reused_by,
+    JOBS.c.warm_pool_retained_seconds,
+    _POOL_SINCE,
     JOBS.c.training_plan_arn,
 )
 _DESCRIBE = select(
@@ -78,6 +90,7 @@ def describe_training_job(
     region: str,
     name: str,
     data_dir: Path | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     job = connection.execute(
         _DESCRIBE, {"account_id": account_id, "region": region, "name": name}
@@ -116,6 +129,7 @@ def describe_training_job(
         "TrainingTimeInSeconds": training_seconds,
         "BillableTimeInSeconds": job.billable_seconds,
         "FinalMetricDataList": final_metrics,
+        "WarmPoolStatus": _warm_pool(job, now),
         "SecondaryStatusTransitions": [
             {
                 **item,
@@ -144,8 +158,22 @@ def _list_statement(filters: tuple[str, ...], sort_by: str, descending: bool) ->
     )
 
 
+def _warm_pool(job: Any, now: datetime | None) -> dict[str, Any] | None:
+    return job_view(
+        job.pool_since,
+        job.warm_pool_status,
+        job.warm_pool_reused_by,
+        job.warm_pool_retained_seconds,
+        now or job.pool_since or job.last_modified_time,
+    )
+
+
 def list_training_jobs(
-    connection: Connection, account_id: str, region: str, params: dict[str, Any]
+    connection: Connection,
+    account_id: str,
+    region: str,
+    params: dict[str, Any],
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     max_results = params.get("MaxResults", 10)
     offset = decode_token(params.get("NextToken"), params)
@@ -181,7 +209,7 @@ def list_training_jobs(
             "LastModifiedTime": job.last_modified_time,
             "TrainingJobStatus": job.status,
             "SecondaryStatus": job.secondary_status,
-            "WarmPoolStatus": {"Status": job.warm_pool_status} if job.warm_pool_status else None,
+            "WarmPoolStatus": _warm_pool(job, now),
             "TrainingPlanArn": job.training_plan_arn,
         }
         for job in jobs

@@ -190,3 +190,32 @@ def test_random_adds_and_removes_never_over_book_and_reads_are_exact(
         assert calendar.max_usage(at(first), at(last)) == brute_max(held, at(first), at(last))
     # Whatever the history, the same leases loaded at once give the same calendar.
     assert PoolCalendar(pool(capacity), held).step_function() == calendar.step_function()
+
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 48), st.integers(1, 24), st.integers(1, 4)), max_size=8
+    ),
+    st.integers(0, 60),
+    st.integers(1, 30),
+    st.integers(1, 4),
+)
+def test_fits_until_is_the_latest_fitting_end(
+    leases: list[tuple[int, int, int]], start_h: int, length_h: int, count: int
+) -> None:
+    """fits_until answers the latest end at which fits() still holds."""
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    hour = timedelta(hours=1)
+    calendar = PoolCalendar(Pool("p", "ml.x", "az", 4))
+    for at, hours, n in leases:
+        lease = Lease(base + at * hour, base + (at + hours) * hour, n)
+        if calendar.fits(lease.start, lease.end, n):
+            calendar.add(lease)
+    start, end = base + start_h * hour, base + (start_h + length_h) * hour
+    until = calendar.fits_until(start, end, count)
+    assert start <= until <= end
+    if until > start:
+        assert calendar.fits(start, until, count)
+    if until < end:
+        assert not calendar.fits(start, until + timedelta(microseconds=1), count)

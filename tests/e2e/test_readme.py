@@ -66,3 +66,20 @@ def test_aws_cli_example(workdir: tuple[Path, DockyardServer]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert '"TrainingJobSummaries": []' in result.stdout
+
+
+def test_warm_pool_example(workdir: tuple[Path, DockyardServer]) -> None:
+    base, server = workdir
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    code = next(block for block in blocks if "KeepAlivePeriodInSeconds" in block)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-c", on_port(code, server)],
+        cwd=base,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'Status': 'Reused'" in result.stdout and "'ReusedByJob': 'warm-2'" in result.stdout

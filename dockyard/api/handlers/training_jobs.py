@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.api.context import Handler, RequestContext
-from dockyard.services import job_requests, training_jobs
+from dockyard.services import job_requests, training_jobs, warm_pools
+from dockyard.services.errors import ValidationException
 
 
 def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -16,12 +17,15 @@ def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[s
             ctx.region,
             params["TrainingJobName"],
             data_dir=ctx.state.settings.data_dir,
+            now=ctx.clock.now(),
         )
 
 
 def list_training_jobs(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
-        return training_jobs.list_training_jobs(connection, ctx.account_id, ctx.region, params)
+        return training_jobs.list_training_jobs(
+            connection, ctx.account_id, ctx.region, params, now=ctx.clock.now()
+        )
 
 
 def create_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -29,7 +33,7 @@ def create_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str
         result = job_requests.create(
             session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.plans
         )
-    ctx.state.control.nudge()
+    ctx.state.control.nudge(first="jobs")
     return result
 
 
@@ -42,6 +46,34 @@ def stop_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, 
     return result
 
 
+def update_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Only ResourceConfig.KeepAlivePeriodInSeconds of a warm pool (SPEC §5.6) is served."""
+    others = sorted(set(params) - {"TrainingJobName", "ResourceConfig"})
+    if others:
+        raise ValidationException(
+            "dockyard's UpdateTrainingJob changes ResourceConfig.KeepAlivePeriodInSeconds "
+            f"only; remove {', '.join(others)}"
+        )
+    seconds = params.get("ResourceConfig", {}).get("KeepAlivePeriodInSeconds")
+    if seconds is None:
+        raise ValidationException(
+            "UpdateTrainingJob needs ResourceConfig.KeepAlivePeriodInSeconds"
+        )
+    with ctx.db.session() as session:
+        job = warm_pools.update_keep_alive(
+            session,
+            ctx.clock.now(),
+            ctx.account_id,
+            ctx.region,
+            params["TrainingJobName"],
+            int(seconds),
+            ctx.state.plans,
+        )
+        arn = job.arn
+    ctx.state.control.nudge()
+    return {"TrainingJobArn": arn}
+
+
 def delete_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
         return job_requests.delete(session, ctx.account_id, ctx.region, params["TrainingJobName"])
@@ -51,6 +83,7 @@ HANDLERS: dict[str, Handler] = {
     "DeleteTrainingJob": delete_training_job,
     "CreateTrainingJob": create_training_job,
     "StopTrainingJob": stop_training_job,
+    "UpdateTrainingJob": update_training_job,
     "DescribeTrainingJob": describe_training_job,
     "ListTrainingJobs": list_training_jobs,
 }

@@ -1,0 +1,79 @@
+"""The warm pools reconciler: expire pools, notice dead ones, release their instances.
+
+Each pass: Available pools past their deadline (or the 28-day cap) are terminated;
+Available pools whose instances no longer run are terminated as unhealthy; and every
+terminated pool's instances are told to go until none runs (their persistent caches
+deleted), which is marked on the pool so it is not asked again. Every step is safe
+to repeat, so a restart anywhere in between only repeats a step.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
+from dockyard.config import PlanSettings
+from dockyard.domain import warm_pools as rules
+from dockyard.domain.warm_pools import WarmPoolStatus
+from dockyard.services import warm_pools
+from dockyard.store.db import Database
+from dockyard.store.tables import WarmPool
+
+log = logging.getLogger("dockyard.control.pools")
+
+
+def _hosts(count: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+class PoolsReconciler:
+    def __init__(self, db: Database, clock: Clock, backend: Backend, plans: PlanSettings):
+        self.db = db
+        self.clock = clock
+        self.backend = backend
+        self.plans = plans
+
+    def __call__(self) -> None:
+        with self.db.session() as session:
+            for pool_id in warm_pools.expire(session, self.clock.now(), self.plans):
+                log.info("warm pool %s terminated: its time is up", pool_id)
+        self._check_health()
+        self._release_terminated()
+
+    def _check_health(self) -> None:
+        with self.db.read_session() as session:
+            available = session.execute(
+                select(WarmPool.id, WarmPool.home, WarmPool.instance_count).where(
+                    WarmPool.status == WarmPoolStatus.AVAILABLE.value
+                )
+            ).all()
+        for pool_id, home, count in available:
+            if self.backend.healthy(home, _hosts(count)):
+                continue
+            with self.db.session() as session:
+                pool = session.get(WarmPool, pool_id)
+                if pool is not None and pool.status == WarmPoolStatus.AVAILABLE.value:
+                    warm_pools.terminate(
+                        session, pool, self.clock.now(), rules.UNHEALTHY, self.plans
+                    )
+                    log.warning("warm pool %s terminated: %s", pool_id, rules.UNHEALTHY)
+
+    def _release_terminated(self) -> None:
+        with self.db.read_session() as session:
+            ended = session.execute(
+                select(
+                    WarmPool.id, WarmPool.home, WarmPool.instance_count, WarmPool.placement
+                ).where(WarmPool.status == WarmPoolStatus.TERMINATED.value)
+            ).all()
+        for pool_id, home, count, placement in ended:
+            if (placement or {}).get("released"):
+                continue
+            if not self.backend.release(home, _hosts(count)):
+                continue  # told to go; looked at again on the next pass
+            with self.db.session() as session:
+                pool = session.get(WarmPool, pool_id)
+                if pool is not None:
+                    pool.placement = {**pool.placement, "released": True}
