@@ -192,11 +192,8 @@ def test_random_adds_and_removes_never_over_book_and_reads_are_exact(
     assert PoolCalendar(pool(capacity), held).step_function() == calendar.step_function()
 
 
-
 @given(
-    st.lists(
-        st.tuples(st.integers(0, 48), st.integers(1, 24), st.integers(1, 4)), max_size=8
-    ),
+    st.lists(st.tuples(st.integers(0, 48), st.integers(1, 24), st.integers(1, 4)), max_size=8),
     st.integers(0, 60),
     st.integers(1, 30),
     st.integers(1, 4),
