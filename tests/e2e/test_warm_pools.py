@@ -28,11 +28,14 @@ KEEP = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10
 
 # Prints who ran it (the agent is the job's parent) and the pool's cache contents.
 CODE = """
-    import os, pathlib
+    import os, pathlib, time
     cache = pathlib.Path(os.environ["SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"])
     print("agent", os.getppid(), flush=True)
     print("cache", cache, sorted(p.name for p in cache.iterdir()), flush=True)
     (cache / os.environ["NOTE"]).write_text("kept")
+    gate = pathlib.Path(os.environ.get("GATE", "/nonexistent"))
+    while os.environ.get("GATE") and not gate.exists():
+        time.sleep(0.02)
 """
 
 
@@ -115,7 +118,22 @@ def test_a_pool_is_kept_reused_chained_and_terminated(manual_server: DockyardSer
         ]
     ] == ["first"]
 
-    client.create_training_job(**warm_job(server, "second", keep_alive=120))
+    gate = server.data_dir / "gate"
+    client.create_training_job(
+        **warm_job(server, "second", keep_alive=120, Environment={"GATE": str(gate)})
+    )
+    deadline = time.monotonic() + 30
+    while client.describe_training_job(TrainingJobName="second")["SecondaryStatus"] != "Training":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert client.describe_training_job(TrainingJobName="second")["WarmPoolStatus"] == {
+        "Status": "InUse"
+    }
+    assert (
+        client.describe_training_job(TrainingJobName="first")["WarmPoolStatus"]["Status"]
+        == "Reused"
+    )
+    gate.touch()
     second = wait_for(client, "second", {"Completed", "Failed", "Stopped"})
     assert second["TrainingJobStatus"] == "Completed", second.get("FailureReason")
     starting = [t for t in second["SecondaryStatusTransitions"] if t["Status"] == "Starting"]
