@@ -187,6 +187,27 @@ def show(
     console.print(table)
     for row in timeline(blocks, _server_now(endpoint_url)):
         console.print(row, markup=False)
+    _queue(client, plan["TrainingPlanArn"])
+
+
+def _queue(client: Any, plan_arn: str) -> None:
+    """The plan's training jobs, oldest first: the order they get its instances in."""
+    pages = client.get_paginator("list_training_jobs").paginate(
+        TrainingPlanArnEquals=plan_arn, SortBy="CreationTime", SortOrder="Ascending"
+    )
+    jobs = [job for page in pages for job in page["TrainingJobSummaries"]]
+    if not jobs:
+        console.print("  no training jobs on this plan")
+        return
+    table = Table("Job", "Status", "Secondary", "Created (UTC)", title="Training jobs (queue)")
+    for job in jobs:
+        table.add_row(
+            job["TrainingJobName"],
+            job["TrainingJobStatus"],
+            job.get("SecondaryStatus", "-"),
+            _when(job["CreationTime"]),
+        )
+    console.print(table)
 
 
 def _server_now(endpoint_url: str) -> datetime:

@@ -224,6 +224,10 @@ class Agent:
                 "failed", failure_reason=f"InternalServerError: unusable job.json: {exc}"
             )
         self.spec = spec
+        if spec.attempt > 1 and self.layout.run is None:
+            # A resumed job starts on fresh instances: nothing of the last attempt's
+            # /opt/ml survives but what it saved to S3 (its checkpoints).
+            shutil.rmtree(self.layout.opt_ml, ignore_errors=True)
         self.layout.make_dirs(spec)
         write_config(spec, self.layout)
         try:

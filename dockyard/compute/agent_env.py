@@ -325,6 +325,9 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
             "MASTER_PORT": str(spec.master_port),
             "WORLD_SIZE": str(len(spec.hosts)),
             "RANK": str(spec.rank),
+            # How many times the job was interrupted and resumed (a plan's block ended).
+            "SM_RESTART_COUNT": str(spec.attempt - 1),
+            "SM_IS_RESTART": "true" if spec.attempt > 1 else "false",
             "PYTHONUNBUFFERED": "1",
             "DOCKYARD_CONTAINER_ROOT": str(layout.root),
         }

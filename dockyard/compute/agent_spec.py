@@ -46,6 +46,9 @@ class JobSpec:
     # ResourceConfig.KeepAlivePeriodInSeconds: > 0 keeps the instance after the job (a
     # warm pool candidate): the agent waits for the next job or its release.
     keep_alive_seconds: int = 0
+    # 1, or the attempt of a job on a training plan resumed in a later block (fresh
+    # instances: its checkpoints come back from S3).
+    attempt: int = 1
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:

@@ -57,9 +57,13 @@ class LocalBackend:
         for spec in host_specs:
             root = self._root(job_key, spec["host"])
             handles.append(str(root))
-            if (root / "agent.pid").exists() or str(root) in self._children:
+            attempt = int(spec.get("attempt", 1))
+            if attempt > self._attempt(root):
+                self._retire(root)  # a resumed job: fresh instances, same log stream
+            elif (root / "agent.pid").exists() or str(root) in self._children:
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(parents=True, exist_ok=True)
+            (root / "attempt").write_text(str(attempt))
             _write_private(root / "job.json", json.dumps(spec, indent=2))
             with open(root / "agent.log", "ab") as log:
                 self._children[str(root)] = subprocess.Popen(
@@ -71,6 +75,24 @@ class LocalBackend:
                     cwd=root,
                 )
         return handles
+
+    @staticmethod
+    def _attempt(root: Path) -> int:
+        try:
+            return int((root / "attempt").read_text())
+        except (FileNotFoundError, ValueError):
+            return 1
+
+    def _retire(self, root: Path) -> None:
+        """Set the last attempt's files aside so a new agent starts in the same root."""
+        attempt = self._attempt(root)
+        for name in ("state.json", "agent.pid", "stop", "job.json"):
+            path = root / name
+            if path.exists():
+                os.replace(path, root / f"{name}.attempt-{attempt}")
+        child = self._children.pop(str(root), None)
+        if child is not None:
+            child.poll()  # reap it: it has exited (the job was stopped first)
 
     def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         """Hand a job to a warm pool's running agents; answer the job's handles.

@@ -18,19 +18,21 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dockyard.clock import Clock
+from dockyard.clock import Clock, wall_now
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.domain import jobs as rules
+from dockyard.domain import plan_jobs as plan_rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
 from dockyard.domain.warm_pools import keep_alive_seconds
-from dockyard.services import capacity, ledger, warm_pools
+from dockyard.services import capacity, ledger, plan_jobs, warm_pools
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob
 
 log = logging.getLogger("dockyard.control.jobs")
 PHASES = ("launching", "downloading", "training", "uploading")
+ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 STOP_GRACE_SECONDS = 10
 
 
@@ -88,10 +90,24 @@ class JobsReconciler:
                 if job.stop_requested:
                     self._finish(session, job, "stopped", "stop", None, None)
                     return
-                if not self._place(session, job):
+                placed = (
+                    self._place_on_plan(session, job)
+                    if job.training_plan_arn
+                    else self._place(session, job)
+                )
+                if not placed:
                     return
                 runtime = dict(job.runtime)
-            specs = runtime.get("specs") or self._host_specs(job, runtime["placement"])
+            elif (
+                job.training_plan_arn
+                and not runtime.get("interrupting")
+                and plan_jobs.block_ending(job, self.clock.now())
+            ):
+                # The block's last 30 minutes: stop the instances (checkpoints are
+                # saved as they stop) and wait for the plan's next block.
+                runtime["interrupting"] = plan_rules.INTERRUPTED
+                job.runtime = {**job.runtime, "interrupting": plan_rules.INTERRUPTED}
+            specs = runtime.get("specs") or self._host_specs(job, runtime)
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
         key = rules.instance_key(job.account_id, job.region, job.name)
@@ -102,12 +118,14 @@ class JobsReconciler:
             handles = self.backend.assign(home, key, specs)
         states = [self.backend.poll(handle) for handle in handles]
         alive = [self.backend.alive(handle) for handle in handles]
-        if job.stop_requested:
+        if job.stop_requested or runtime.get("interrupting"):
             for handle in handles:
                 self.backend.stop(handle)
         with self.db.session() as session:
             current = session.get(TrainingJob, job_id)
             if current is None or JobStatus(current.status) in TERMINAL:
+                return
+            if current.training_plan_arn and self._interrupted(session, current, states, alive):
                 return
             self._apply(session, current, states, alive)
 
@@ -121,7 +139,7 @@ class JobsReconciler:
         claimed = warm_pools.claim(session, job, now, self.plans)
         if claimed is not None:
             warm, previous = claimed
-            job.runtime = {"placement": dict(warm.placement), "home": warm.home}
+            job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
             transition(job, Secondary.STARTING, rules.warm_start(previous), now)
             return True
         calendar = capacity.load_calendar(
@@ -155,7 +173,82 @@ class JobsReconciler:
         )
         return False
 
-    def _host_specs(self, job: TrainingJob, placement: dict[str, Any]) -> list[dict[str, Any]]:
+    def _place_on_plan(self, session: Session, job: TrainingJob) -> bool:
+        """Take instances of the plan's usable block (or a warm pool kept on it), or wait."""
+        now = self.clock.now()
+        capacity.lock(session)  # one placer at a time, as for on-demand capacity
+        attempt = int(job.runtime.get("attempt", 1))
+        claimed = warm_pools.claim(session, job, now, self.plans) if attempt == 1 else None
+        if claimed is not None:
+            warm, previous = claimed
+            job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
+            transition(job, Secondary.STARTING, rules.warm_start(previous), now)
+            return True
+        placement = plan_jobs.place(session, job, now)
+        if placement is None:
+            self._finish(session, job, "stopped", "plan_ended", None, None)
+            return False
+        if isinstance(placement, str):
+            transition(job, Secondary.PENDING, placement, now)
+            return False
+        job.runtime = {
+            **job.runtime,
+            "placement": placement,
+            "home": rules.instance_key(job.account_id, job.region, job.name),
+            "placed_at": job.runtime.get("placed_at") or now.isoformat(),
+        }
+        if attempt > 1:
+            transition(
+                job, Secondary.RESTARTING, plan_rules.restarting(attempt, placement["az"]), now
+            )
+        else:
+            transition(job, Secondary.STARTING, plan_rules.starting_on_plan(placement["az"]), now)
+        return True
+
+    def _interrupted(
+        self, session: Session, job: TrainingJob, states: list[dict[str, Any]], alive: list[bool]
+    ) -> bool:
+        """A plan job whose block ended, or whose instance died: once none of its
+        instances runs, it waits for the plan's next block (or, on reserved capacity, the
+        same block) and resumes from its checkpoints. True if that is what happened."""
+        phases = [state.get("phase", "launching") for state in states]
+        dead = any(
+            phase in PHASES and phase != "launching" and not up
+            for phase, up in zip(phases, alive, strict=True)
+        )
+        if dead and not job.runtime.get("interrupting"):
+            job.runtime = {**job.runtime, "interrupting": plan_rules.INSTANCE_LOST}
+            return True  # the next pass stops the other instances
+        reason = job.runtime.get("interrupting")
+        if not reason or job.stop_requested:
+            return False
+        over = all(
+            phase in ENDED_PHASES or not up for phase, up in zip(phases, alive, strict=True)
+        )
+        if not over:
+            return True
+        if all(phase == "completed" for phase in phases):
+            return False  # it finished just in time: settle it as usual
+        now = self.clock.now()
+        started = [
+            datetime.fromisoformat(s["training_started_at"])
+            for s in states
+            if s.get("training_started_at")
+        ]
+        ended = [datetime.fromisoformat(s["ended_at"]) for s in states if s.get("ended_at")]
+        ran = (max(ended) if ended else wall_now()) - min(started) if started else timedelta(0)
+        used = float(job.runtime.get("used_seconds", 0)) + max(0.0, ran.total_seconds())
+        if started and job.training_start_time is None:
+            job.training_start_time = min(started)
+        _catch_up(job, Secondary.TRAINING if started else Secondary.DOWNLOADING, now)
+        transition(job, Secondary.INTERRUPTED, str(reason), now)
+        job.runtime = {"attempt": int(job.runtime.get("attempt", 1)) + 1, "used_seconds": used}
+        if used >= int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]):
+            self._finish(session, job, "stopped", "max_runtime", None, None)
+        return True
+
+    def _host_specs(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
+        placement = runtime["placement"]
         spec = job.spec
         count = int(spec["ResourceConfig"]["InstanceCount"])
         hosts = [f"algo-{i}" for i in range(1, count + 1)]
@@ -192,7 +285,13 @@ class JobsReconciler:
                 "output_path": spec["OutputDataConfig"]["S3OutputPath"],
                 "checkpoint_s3_uri": checkpoint.get("S3Uri"),
                 "checkpoint_local_path": checkpoint.get("LocalPath", "/opt/ml/checkpoints"),
-                "max_runtime_seconds": int(spec["StoppingCondition"]["MaxRuntimeInSeconds"]),
+                # MaxRuntime counts only time actually run (earlier attempts on a plan).
+                "max_runtime_seconds": max(
+                    1,
+                    int(spec["StoppingCondition"]["MaxRuntimeInSeconds"])
+                    - int(runtime.get("used_seconds", 0)),
+                ),
+                "attempt": int(runtime.get("attempt", 1)),
                 "stop_grace_seconds": STOP_GRACE_SECONDS,
                 "s3": self.s3,
                 "master_port": port,
@@ -235,8 +334,11 @@ class JobsReconciler:
         if job.stop_requested:
             return
         least = min((PHASES.index(p) for p in phases if p in PHASES), default=0)
-        if least >= 1 and Secondary(job.secondary_status) is Secondary.STARTING:
-            transition(job, Secondary.STARTING, rules.PREPARING, now)
+        if least >= 1 and Secondary(job.secondary_status) in (
+            Secondary.STARTING,
+            Secondary.RESTARTING,
+        ):
+            transition(job, Secondary(job.secondary_status), rules.PREPARING, now)
             transition(job, Secondary.DOWNLOADING, rules.DOWNLOADING, now)
         if least >= 2 and Secondary(job.secondary_status) is Secondary.DOWNLOADING:
             transition(job, Secondary.TRAINING, rules.TRAINING, now)
@@ -269,6 +371,8 @@ class JobsReconciler:
         else:
             if stop_reason == "max_runtime":
                 transition(job, Secondary.MAX_RUNTIME_EXCEEDED, rules.MAX_RUNTIME, now)
+            elif stop_reason == "plan_ended":
+                transition(job, Secondary.STOPPED, plan_rules.PLAN_ENDED, now)
             else:
                 transition(job, Secondary.STOPPING, rules.STOPPING, now)
                 transition(job, Secondary.STOPPED, rules.STOPPED, now)
@@ -290,21 +394,31 @@ class JobsReconciler:
             plans=self.plans,
         )
         count = int(job.spec["ResourceConfig"]["InstanceCount"])
-        if job.training_start_time is not None:
-            seconds = max(0, int((end - job.training_start_time).total_seconds()))
-            job.billable_seconds = seconds * count
-            price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
-            ledger.record(
-                session,
-                account_id=job.account_id,
-                region=job.region,
-                kind="training-job-instance-seconds",
-                resource_arn=job.arn,
-                amount=(price * seconds * count / 3600).quantize(Decimal("0.0001")),
-                currency=self.plans.currency,
-                description=f"{count} x {seconds} s of training job {job.name}",
-                now=now,
-            )
+        if job.training_start_time is None:
+            return
+        seconds = max(0, int((end - job.training_start_time).total_seconds()))
+        if job.training_plan_arn:
+            # Time actually run, over every attempt; the plan's capacity is paid already.
+            earlier = float(job.runtime.get("used_seconds", 0))
+            starts = [
+                s["training_started_at"] for s in states or [] if s.get("training_started_at")
+            ]
+            current = (end - datetime.fromisoformat(min(starts))).total_seconds() if starts else 0
+            job.billable_seconds = int(earlier + max(0.0, current)) * count
+            return
+        job.billable_seconds = seconds * count
+        price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
+        ledger.record(
+            session,
+            account_id=job.account_id,
+            region=job.region,
+            kind="training-job-instance-seconds",
+            resource_arn=job.arn,
+            amount=(price * seconds * count / 3600).quantize(Decimal("0.0001")),
+            currency=self.plans.currency,
+            description=f"{count} x {seconds} s of training job {job.name}",
+            now=now,
+        )
 
 
 _STEPS = (
@@ -331,6 +445,7 @@ def _catch_up(job: TrainingJob, upto: Secondary, now: datetime) -> None:
 
 SECONDARY_ORDER = [
     Secondary.STARTING,
+    Secondary.RESTARTING,
     Secondary.PENDING,
     Secondary.DOWNLOADING,
     Secondary.TRAINING,

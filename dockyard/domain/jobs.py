@@ -30,6 +30,9 @@ class Secondary(StrEnum):
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
     COMPLETED = "Completed"
     FAILED = "Failed"
+    # A job on a training plan whose block ended under it, and its return (SPEC §3.4).
+    INTERRUPTED = "Interrupted"
+    RESTARTING = "Restarting"
 
 
 _J = JobStatus
@@ -50,11 +53,15 @@ _ENDS = frozenset({_S.STOPPING, _S.STOPPED, _S.FAILED, _S.MAX_RUNTIME_EXCEEDED})
 SECONDARY_TRANSITIONS = Transitions(
     "training job secondary status",
     {
-        _S.STARTING: frozenset({_S.PENDING, _S.DOWNLOADING, _S.TRAINING}) | _ENDS,
-        _S.PENDING: frozenset({_S.STARTING}) | _ENDS,
-        _S.DOWNLOADING: frozenset({_S.TRAINING, _S.UPLOADING}) | _ENDS,
-        _S.TRAINING: frozenset({_S.UPLOADING, _S.COMPLETED}) | _ENDS,
-        _S.UPLOADING: frozenset({_S.COMPLETED}) | _ENDS,
+        _S.STARTING: frozenset({_S.PENDING, _S.DOWNLOADING, _S.TRAINING, _S.INTERRUPTED})
+        | _ENDS,
+        _S.PENDING: frozenset({_S.STARTING, _S.RESTARTING}) | _ENDS,
+        _S.DOWNLOADING: frozenset({_S.TRAINING, _S.UPLOADING, _S.INTERRUPTED}) | _ENDS,
+        _S.TRAINING: frozenset({_S.UPLOADING, _S.COMPLETED, _S.INTERRUPTED}) | _ENDS,
+        _S.UPLOADING: frozenset({_S.COMPLETED, _S.INTERRUPTED}) | _ENDS,
+        _S.INTERRUPTED: frozenset({_S.PENDING, _S.RESTARTING}) | _ENDS,
+        _S.RESTARTING: frozenset({_S.DOWNLOADING, _S.TRAINING, _S.INTERRUPTED, _S.PENDING})
+        | _ENDS,
         # A job may finish on its own before a stop reaches it.
         _S.STOPPING: frozenset({_S.STOPPED, _S.MAX_RUNTIME_EXCEEDED, _S.FAILED, _S.COMPLETED}),
         _S.STOPPED: frozenset(),

@@ -92,6 +92,9 @@ def match_key(spec: dict[str, Any]) -> str:
         ),
         "EnableNetworkIsolation": bool(spec.get("EnableNetworkIsolation", False)),
         "SessionTagChaining": bool(chaining),
+        # Where the instances come from: a plan's pool serves only that plan's jobs,
+        # an on-demand pool only on-demand jobs (SPEC §3.4).
+        "TrainingPlanArn": resources.get("TrainingPlanArn"),
     }
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

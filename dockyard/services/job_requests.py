@@ -15,7 +15,7 @@ from dockyard.domain.arns import training_job_arn
 from dockyard.domain.jobs import JobStatus, Secondary
 from dockyard.domain.quotas import QuotaKind
 from dockyard.domain.warm_pools import WarmPoolStatus
-from dockyard.services import quotas
+from dockyard.services import plan_jobs, quotas
 from dockyard.services.errors import (
     ResourceInUse,
     ResourceLimitExceeded,
@@ -91,10 +91,6 @@ def _check_runnable(params: dict[str, Any]) -> None:
         raise ValidationException(
             "ResourceConfig.InstanceGroups (heterogeneous clusters) is not supported yet"
         )
-    if resources.get("TrainingPlanArn"):
-        raise ValidationException(
-            "jobs on training plans (ResourceConfig.TrainingPlanArn) are not supported yet"
-        )
     if not resources.get("InstanceType") or not resources.get("InstanceCount"):
         raise ValidationException(
             "ResourceConfig needs InstanceType and InstanceCount (at least 1)"
@@ -160,7 +156,11 @@ def create(
     _check_runnable(params)
     name = params["TrainingJobName"]
     instance_type = params["ResourceConfig"]["InstanceType"]
-    if not session.scalar(
+    plan_arn = params["ResourceConfig"].get("TrainingPlanArn")
+    if plan_arn:
+        # Runs on the plan's reserved (already paid for) capacity, never on demand.
+        plan_jobs.check_request(session, account_id, region, params["ResourceConfig"])
+    elif not session.scalar(
         select(CapacityPool.key).where(
             CapacityPool.region == region,
             CapacityPool.instance_type == instance_type,
@@ -176,7 +176,8 @@ def create(
             "Training job names must be unique within an AWS account and region, and a "
             f"training job with this name already exists ({arn})"
         )
-    _check_quota(session, account_id, region, params, settings)
+    if not plan_arn:
+        _check_quota(session, account_id, region, params, settings)
     job = TrainingJob(
         account_id=account_id,
         region=region,
@@ -184,6 +185,7 @@ def create(
         arn=arn,
         status=JobStatus.IN_PROGRESS.value,
         secondary_status=Secondary.STARTING.value,
+        training_plan_arn=plan_arn,
         creation_time=now,
         last_modified_time=now,
         spec={key: params[key] for key in KEPT if key in params},

@@ -23,7 +23,7 @@ from dockyard.domain.plans import (
     hours_minutes,
     plan_status,
 )
-from dockyard.services import capacity, ledger
+from dockyard.services import capacity, ledger, plan_jobs
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.scoped import owned
@@ -47,10 +47,12 @@ def _blocks(session: Session, plan_ids: list[int]) -> dict[int, list[ReservedCap
     return found
 
 
-def _counts(plan: TrainingPlan) -> dict[str, int]:
-    """Instance counts as Describe/List report them (see docs/training-plans.md)."""
+def _counts(plan: TrainingPlan, in_use: int) -> dict[str, int]:
+    """Instance counts as Describe/List report them (see docs/training-plans.md).
+
+    In use: instances of the plan's current block held by its jobs (and warm pools).
+    """
     total = plan.instance_count
-    in_use = 0  # jobs on plans (a later issue) will hold plan capacity
     usable = plan.status in (PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value)
     spares = plan.spare_per_ultraserver * (plan.ultraserver_count or 0)
     return {
@@ -80,7 +82,9 @@ def _block_view(block: ReservedCapacity) -> dict[str, Any]:
     }
 
 
-def _plan_view(plan: TrainingPlan, blocks: list[ReservedCapacity]) -> dict[str, Any]:
+def _plan_view(
+    plan: TrainingPlan, blocks: list[ReservedCapacity], in_use: dict[str, int]
+) -> dict[str, Any]:
     hours, minutes = hours_minutes(
         sum((b.end_time - b.start_time for b in blocks), start=timedelta(0))
     )
@@ -95,7 +99,7 @@ def _plan_view(plan: TrainingPlan, blocks: list[ReservedCapacity]) -> dict[str, 
         "EndTime": plan.end_time,
         "UpfrontFee": plan.upfront_fee,
         "CurrencyCode": plan.currency,
-        **_counts(plan),
+        **_counts(plan, max(in_use.values(), default=0)),
         "TotalUltraServerCount": plan.ultraserver_count,
         "TargetResources": [plan.target],
         "ReservedCapacitySummaries": [_block_view(b) for b in blocks],
@@ -111,7 +115,9 @@ def _find(session: Session, account_id: str, region: str, name: str) -> Training
 
 def describe(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
     plan = _find(session, account_id, region, name)
-    return _plan_view(plan, _blocks(session, [plan.id])[plan.id])
+    return _plan_view(
+        plan, _blocks(session, [plan.id])[plan.id], plan_jobs.in_use(session, plan.arn)
+    )
 
 
 _SORT = {
@@ -148,7 +154,7 @@ def list_plans(
     blocks = _blocks(session, [p.id for p in plans])
     summaries = []
     for plan in plans:
-        view = _plan_view(plan, blocks[plan.id])
+        view = _plan_view(plan, blocks[plan.id], plan_jobs.in_use(session, plan.arn))
         for key in ("UnhealthyInstanceCount", "AvailableSpareInstanceCount"):
             view.pop(key)
         summaries.append(view)
@@ -199,6 +205,11 @@ def _ultraservers(session: Session, block: ReservedCapacity) -> list[dict[str, A
     return servers
 
 
+def block_plan_arn(session: Session, block: ReservedCapacity) -> str:
+    plan = session.get(TrainingPlan, block.plan_id)
+    return plan.arn if plan is not None else ""
+
+
 def describe_reserved_capacity(
     session: Session, account_id: str, region: str, arn: str
 ) -> dict[str, Any]:
@@ -206,8 +217,11 @@ def describe_reserved_capacity(
     view = _block_view(block)
     view.pop("UltraServerType")
     view.pop("UltraServerCount")
-    view["AvailableInstanceCount"] = block.instance_count if block.status == "Active" else 0
-    view["InUseInstanceCount"] = 0
+    used = plan_jobs.in_use(session, block_plan_arn(session, block)).get(block.id, 0)
+    view["AvailableInstanceCount"] = (
+        max(0, block.instance_count - used) if block.status == "Active" else 0
+    )
+    view["InUseInstanceCount"] = used
     if block.ultraserver_type:
         servers = _ultraservers(session, block)
         view["UltraServerSummary"] = {

@@ -32,6 +32,38 @@ def holder(pool: WarmPool) -> str:
     return f"warm-pool/{pool.id}"
 
 
+def _on_plan(pool: WarmPool) -> bool:
+    """A pool on a training plan's block: the block's lease holds its instances already."""
+    return "block" in pool.placement
+
+
+def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime) -> datetime:
+    """Hold the pool's instances from now until `until` at the latest; answer the end.
+
+    On-demand capacity: a `warm-pool` lease, ending early where capacity was sold for
+    later. Plan capacity: no lease (the block holds it), and never past the block's
+    working time (SPEC §3.4: a pool never outlives the block it sits in).
+    """
+    if _on_plan(pool):
+        return min(until, datetime.fromisoformat(str(pool.placement["work_ends"])))
+    pool_key = str(pool.placement["pool"])
+    capacity.lock(session)
+    capacity.release(session, holder(pool))
+    calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
+    until = calendar[pool_key].fits_until(now, until, pool.instance_count)
+    if until > now:
+        capacity.book(
+            session,
+            [(pool_key, pool.instance_count)],
+            now,
+            until,
+            kind=LEASE_KIND,
+            holder=holder(pool),
+            account_id=pool.account_id,
+        )
+    return until
+
+
 def _set_pool(pool: WarmPool, status: WarmPoolStatus) -> None:
     pool.status = POOL_TRANSITIONS.check(WarmPoolStatus(pool.status), status).value
 
@@ -91,34 +123,31 @@ def claim(
         .order_by(WarmPool.available_since.desc(), WarmPool.id.desc())
     ).all()
     for pool in candidates:
-        pool_key = str(pool.placement["pool"])
-        capacity.release(session, holder(pool))
-        calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
-        if not calendar[pool_key].fits(now, now + runtime, pool.instance_count):
+        if _on_plan(pool):
+            # The job runs inside the same block's lease; only time matters.
+            if now >= datetime.fromisoformat(str(pool.placement["work_ends"])):
+                continue
+        else:
+            pool_key = str(pool.placement["pool"])
+            capacity.release(session, holder(pool))
+            calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
+            if not calendar[pool_key].fits(now, now + runtime, pool.instance_count):
+                _keep_until(session, pool, now, pool.deadline or now)
+                continue
             capacity.book(
                 session,
                 [(pool_key, pool.instance_count)],
                 now,
-                pool.deadline or now,
-                kind=LEASE_KIND,
-                holder=holder(pool),
-                account_id=pool.account_id,
+                now + runtime,
+                kind="training-job",
+                holder=job.arn,
+                account_id=job.account_id,
             )
-            continue
         # The capacity lock serialises every claimer, so the pool read above is still
         # Available here: one job takes it.
         previous_id = pool.job_id
         _set_pool(pool, WarmPoolStatus.IN_USE)
         pool.job_id = job.id
-        capacity.book(
-            session,
-            [(pool_key, pool.instance_count)],
-            now,
-            now + runtime,
-            kind="training-job",
-            holder=job.arn,
-            account_id=job.account_id,
-        )
         previous = session.get(TrainingJob, previous_id)
         if previous is not None:
             _bill(session, pool, previous, now, plans)
@@ -184,23 +213,10 @@ def settle(
         terminate(session, pool, now, refused, plans)
         return pool
     # Control-plane time throughout: the agents' clocks are not the (maybe manual) clock.
-    until = rules.deadline(now, keep, pool.born_at)
-    pool_key = str(pool.placement["pool"])
-    capacity.lock(session)
-    calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
-    until = calendar[pool_key].fits_until(now, until, pool.instance_count)
+    until = _keep_until(session, pool, now, rules.deadline(now, keep, pool.born_at))
     if until <= now:
         terminate(session, pool, now, rules.NO_CAPACITY, plans)
         return pool
-    capacity.book(
-        session,
-        [(pool_key, pool.instance_count)],
-        now,
-        until,
-        kind=LEASE_KIND,
-        holder=holder(pool),
-        account_id=pool.account_id,
-    )
     _set_pool(pool, WarmPoolStatus.AVAILABLE)
     pool.job_id = job.id
     pool.available_since = now
@@ -318,23 +334,10 @@ def update_keep_alive(
         return job
     # The new period counts from when the job ended (its pool became Available).
     until = rules.deadline(pool.available_since or now, seconds, pool.born_at)
-    pool_key = str(pool.placement["pool"])
-    capacity.lock(session)
-    capacity.release(session, holder(pool))
-    calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
-    until = calendar[pool_key].fits_until(now, until, pool.instance_count)
+    until = _keep_until(session, pool, now, until)
     if until <= now:
         terminate(session, pool, now, rules.EXPIRED, plans)
         return job
-    capacity.book(
-        session,
-        [(pool_key, pool.instance_count)],
-        now,
-        until,
-        kind=LEASE_KIND,
-        holder=holder(pool),
-        account_id=pool.account_id,
-    )
     pool.deadline = until
     return job
 
