@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from tests.e2e.plan_helpers import search, set_clock, settle, tomorrow_at
 from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
+from tests.e2e.test_warm_pools import wait_warm
 from tests.harness import DockyardServer, run_cli
 
 P5 = "ml.p5.48xlarge"
@@ -264,7 +265,9 @@ def test_jobs_share_a_plan_first_come_first_served(manual_server: DockyardServer
         ],
     }
     client.create_training_job(**first)
-    client.create_training_job(**stepper(server, "second", plan_arn, steps=5))
+    second = stepper(server, "second", plan_arn, steps=5)
+    second["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 3600
+    client.create_training_job(**second)
     set_clock(server, at(d0, 0))
     wait_secondary(server, client, "first", "Training")
     second = wait_secondary(server, client, "second", "Pending")
@@ -277,6 +280,18 @@ def test_jobs_share_a_plan_first_come_first_served(manual_server: DockyardServer
         wait_for(client, "second", {"Completed", "Failed"}, timeout=120)["TrainingJobStatus"]
         == "Completed"
     )
+    # Its warm pool sits in the block, and holds the block's one instance meanwhile.
+    assert wait_warm(client, "second", "Available", server)
+    assert client.describe_training_plan(TrainingPlanName="shared")["InUseInstanceCount"] == 1
+    # Inside the block's last 30 minutes the pool ends with the block's working time,
+    # and no new work starts; with no block after it, a new job ends at once.
+    set_clock(server, at(d0, 1) - timedelta(minutes=30))
+    pool = client.describe_training_job(TrainingJobName="second")["WarmPoolStatus"]
+    assert pool["Status"] == "Terminated"
+    client.create_training_job(**stepper(server, "late", plan_arn, steps=5))
+    late = wait_for(client, "late", {"Completed", "Failed", "Stopped"})
+    assert late["TrainingJobStatus"] == "Stopped"
+    assert "training plan" in late["SecondaryStatusTransitions"][-1]["StatusMessage"]
 
 
 def test_wrong_plans_are_refused(manual_server: DockyardServer) -> None:
