@@ -53,8 +53,7 @@ _ENDS = frozenset({_S.STOPPING, _S.STOPPED, _S.FAILED, _S.MAX_RUNTIME_EXCEEDED})
 SECONDARY_TRANSITIONS = Transitions(
     "training job secondary status",
     {
-        _S.STARTING: frozenset({_S.PENDING, _S.DOWNLOADING, _S.TRAINING, _S.INTERRUPTED})
-        | _ENDS,
+        _S.STARTING: frozenset({_S.PENDING, _S.DOWNLOADING, _S.TRAINING, _S.INTERRUPTED}) | _ENDS,
         _S.PENDING: frozenset({_S.STARTING, _S.RESTARTING}) | _ENDS,
         _S.DOWNLOADING: frozenset({_S.TRAINING, _S.UPLOADING, _S.INTERRUPTED}) | _ENDS,
         _S.TRAINING: frozenset({_S.UPLOADING, _S.COMPLETED, _S.INTERRUPTED}) | _ENDS,

@@ -68,8 +68,7 @@ INTERRUPTED = (
     "Checkpoints were saved; the job continues in the plan's next block."
 )
 PLAN_ENDED = (
-    "Training job stopped: its training plan has no more reserved capacity "
-    "(the last block ended)."
+    "Training job stopped: its training plan has no more reserved capacity (the last block ended)."
 )
 INSTANCE_LOST = (
     "Training job interrupted: an instance of the reserved capacity failed; the job "
