@@ -214,6 +214,11 @@ def test_a_job_queues_is_interrupted_twice_and_resumes_to_the_same_result(
     assert "restart 2 from" in " ".join(lines(server, "resumer"))
     assert [t["Status"] for t in job["SecondaryStatusTransitions"]].count("Interrupted") == 2
     assert model_of(server, "resumer") == expected
+    # Time actually run, not the two days the job spent on the plan: MaxRuntime and
+    # billing count only the attempts (the third attempt's agent got the rest of 600 s).
+    assert job["BillableTimeInSeconds"] < 120
+    attempt = json.loads((home / "job.json").read_text())
+    assert attempt["attempt"] == 3 and attempt["max_runtime_seconds"] < 600
 
     # A job still running when the last block ends stops with the plan.
     client.create_training_job(**stepper(server, "too-long", plan_arn, steps=100000))
