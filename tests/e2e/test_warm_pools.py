@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.e2e.plan_helpers import settle
+from tests.e2e.test_service_quotas import aws
 from tests.e2e.test_training_jobs import job_request, script_job, wait_for
 from tests.harness import DockyardServer, run_cli
 
@@ -481,28 +480,18 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
     pages = quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
     codes = {q["QuotaName"]: q["QuotaCode"] for p in pages for q in p["Quotas"]}
     code = codes["ml.m5.xlarge for training warm pool usage"]
-    env = {**server.aws_env(), "AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1]}
-    asked = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "aws"),
-            "service-quotas",
-            "request-service-quota-increase",
-            "--service-code",
-            "sagemaker",
-            "--quota-code",
-            code,
-            "--desired-value",
-            "2",
-            "--endpoint-url",
-            server.endpoint,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    request_id = json.loads(asked.stdout)["RequestedQuota"]["Id"]
+    request_id = aws(
+        server,
+        key,
+        "service-quotas",
+        "request-service-quota-increase",
+        "--service-code",
+        "sagemaker",
+        "--quota-code",
+        code,
+        "--desired-value",
+        "2",
+    )["RequestedQuota"]["Id"]
     run_cli(
         "quotas",
         "approve",
