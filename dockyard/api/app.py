@@ -20,6 +20,7 @@ from dockyard.api.metrics import ApiMetrics
 from dockyard.api.operator import (
     clock_endpoint,
     fleet_endpoint,
+    fleet_health_endpoint,
     quota_request_endpoint,
     quota_requests_endpoint,
 )
@@ -86,6 +87,7 @@ def create_app(state: ServerState) -> Starlette:
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),
             Route("/_dockyard/fleet", fleet_endpoint, methods=["GET"]),
+            Route("/_dockyard/fleet/health", fleet_health_endpoint, methods=["POST"]),
             Route("/_dockyard/quotas/requests", quota_requests_endpoint, methods=["GET"]),
             Route(
                 "/_dockyard/quotas/requests/{request_id}",

@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse
 from dockyard.api.context import ServerState
 from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
 from dockyard.domain.quotas import RequestStatus
-from dockyard.services import accounts, clock_state, fleet, quotas
+from dockyard.domain.warm_pools import MAINTENANCE
+from dockyard.services import accounts, clock_state, fleet, quotas, warm_pools
 from dockyard.services.errors import ConflictException, ResourceNotFound, ServiceError
 
 OPERATOR_HEADER = "x-dockyard-operator-key"
@@ -148,3 +149,45 @@ async def quota_request_endpoint(request: Request) -> JSONResponse:
         return JSONResponse(await run_in_threadpool(apply))
     except ServiceError as exc:
         return _service_error(exc)
+
+
+async def fleet_health_endpoint(request: Request) -> JSONResponse:
+    """Take instances out of service or back: {"health": "Maintenance"|"Healthy",
+    "instances": [...]} or {"health": ..., "instance_type": ..., "availability_zone": ...}."""
+    state: ServerState = request.app.state.dockyard
+    if not _authorised(state, request):
+        return _denied(_NOT_OPERATOR, 403)
+    try:
+        body = json.loads(await request.body() or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+    except ValueError as exc:
+        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+
+    def apply() -> dict[str, Any]:
+        now = state.clock.now()
+        with state.db.session() as session:
+            rows = fleet.set_health(
+                session,
+                str(body.get("health", "")),
+                instance_ids=[str(i) for i in body.get("instances") or []],
+                instance_type=body.get("instance_type"),
+                availability_zone=body.get("availability_zone"),
+            )
+            ended: list[int] = []
+            if body.get("health") != fleet.HEALTHY:
+                ended = warm_pools.terminate_on(
+                    session, {row.pool_key for row in rows}, now, MAINTENANCE, state.plans
+                )
+            return {
+                "instances": [row.id for row in rows],
+                "health": body.get("health"),
+                "terminated_warm_pools": len(ended),
+            }
+
+    try:
+        result = await run_in_threadpool(apply)
+    except ValueError as exc:
+        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+    state.control.nudge()  # the pools reconciler lets the terminated pools' agents go
+    return JSONResponse(result)

@@ -19,6 +19,46 @@ from dockyard.domain import fleet as fleet_rules
 from dockyard.store.tables import CapacityPool, Instance, LeaseRow
 
 HEALTHY = "Healthy"
+# Taken out of service by an operator (maintenance, patching): not handed out, and the
+# warm pools on it are terminated (SPEC §5.10).
+MAINTENANCE = "Maintenance"
+HEALTH_STATES = (HEALTHY, MAINTENANCE)
+
+
+def set_health(
+    session: Session,
+    health: str,
+    *,
+    instance_ids: Iterable[str] = (),
+    instance_type: str | None = None,
+    availability_zone: str | None = None,
+) -> list[Instance]:
+    """Put instances (by id, or all of a type and/or AZ) in or out of service; answer them.
+
+    Their pools' capacity follows at once, so nothing new is placed on them; what they
+    hold now is the caller's to end (see control/ and services/warm_pools).
+    """
+    if health not in HEALTH_STATES:
+        raise ValueError(f"health must be one of {', '.join(HEALTH_STATES)}; got {health!r}")
+    ids = list(instance_ids)
+    if not ids and instance_type is None and availability_zone is None:
+        raise ValueError("name instances, or an instance type and/or availability zone")
+    query = select(Instance).order_by(Instance.id)
+    if ids:
+        query = query.where(Instance.id.in_(ids))
+    if instance_type is not None:
+        query = query.where(Instance.instance_type == instance_type)
+    if availability_zone is not None:
+        query = query.where(Instance.availability_zone == availability_zone)
+    rows = list(session.scalars(query))
+    missing = sorted(set(ids) - {row.id for row in rows})
+    if missing or not rows:
+        raise ValueError(f"no such instance(s) in the fleet: {', '.join(missing) or 'none match'}")
+    for row in rows:
+        row.health = health
+    session.flush()
+    refresh_pools(session)
+    return rows
 
 
 def sync_fleet(session: Session, groups: Iterable[Mapping[str, Any]], now: datetime) -> int:
@@ -116,7 +156,11 @@ def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
                     "availability_zone": instance.availability_zone,
                     "ultraserver_id": instance.ultraserver_id,
                     "health": instance.health,
-                    "doing": f"{lease.kind} {lease.holder}" if lease else "idle",
+                    "doing": (
+                        f"{lease.kind} {lease.holder}"
+                        if lease
+                        else ("idle" if instance.health == HEALTHY else "out of service")
+                    ),
                     "until": lease.end_time.isoformat() if lease else None,
                 }
             )

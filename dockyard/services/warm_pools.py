@@ -280,6 +280,23 @@ def terminate(
     pool.deadline = None
 
 
+def terminate_on(
+    session: Session, pool_keys: set[str], now: datetime, reason: str, plans: PlanSettings
+) -> list[int]:
+    """Terminate the Available warm pools on these capacity pools (their instances are
+    being taken out of service, SPEC §5.10); answer their ids."""
+    ended = [
+        pool
+        for pool in session.scalars(
+            select(WarmPool).where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
+        )
+        if str(pool.placement.get("pool")) in pool_keys
+    ]
+    for pool in ended:
+        terminate(session, pool, now, reason, plans)
+    return [pool.id for pool in ended]
+
+
 def expire(session: Session, now: datetime, plans: PlanSettings) -> list[int]:
     """Terminate every Available pool whose time is up; answer their ids."""
     due = session.scalars(

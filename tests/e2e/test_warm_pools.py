@@ -512,3 +512,38 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
         == "Available"
     )
     del account_id
+
+
+def test_maintenance_terminates_the_pools_on_its_instances(manual_server: DockyardServer) -> None:
+    server = manual_server
+    client = server.client()
+    client.create_training_job(**quick_job("before-patch", 3600))
+    wait_for(client, "before-patch", {"Completed"})
+    wait_warm(client, "before-patch", "Available", server)
+
+    def operator(*args: str) -> str:
+        return run_cli(*args, "--endpoint-url", server.endpoint, data_dir=server.data_dir).stdout
+
+    out = operator("maintenance", "start", "--instance-type", "ml.m5.xlarge")
+    assert "12 instance(s) now Maintenance" in out and "terminated 1 warm pool" in out
+    job = client.describe_training_job(TrainingJobName="before-patch")
+    assert job["WarmPoolStatus"]["Status"] == "Terminated"
+    assert "out of service" in operator("fleet", "--instance-type", "ml.m5.xlarge")
+    # Nothing new is placed on them meanwhile.
+    client.create_training_job(**quick_job("during-patch"))
+    waiting = wait_for_secondary(server, client, "during-patch", "Pending")
+    assert "Waiting for capacity" in waiting["SecondaryStatusTransitions"][-1]["StatusMessage"]
+    operator("maintenance", "end", "--instance-type", "ml.m5.xlarge")
+    assert wait_for(client, "during-patch", {"Completed"})
+
+
+def wait_for_secondary(
+    server: DockyardServer, client: Any, name: str, status: str
+) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        job = client.describe_training_job(TrainingJobName=name)
+        if job["SecondaryStatus"] == status:
+            return job
+        assert time.monotonic() < deadline, job["SecondaryStatusTransitions"]
+        settle(server)
