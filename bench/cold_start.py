@@ -17,6 +17,8 @@ from __future__ import annotations
 import configparser
 import io
 import json
+import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -40,6 +42,18 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _end_agents(data_dir: Path) -> None:
+    """Warm pools' agents outlive the server by design; the bench's data dir goes, so
+    they go too (SIGTERM: an idle agent deletes its cache and exits)."""
+    for pid_file in (data_dir / "instances").glob("*/*/agent.pid"):
+        try:
+            pid = int(pid_file.read_text())
+            if b"dockyard.compute.agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
 
 
 def _bare_python(runs: int) -> list[float]:
@@ -178,6 +192,7 @@ def run(quick: bool = False) -> bool:
         finally:
             server.terminate()
             server.wait(timeout=30)
+            _end_agents(data_dir)
     rows = {
         "bare python -S -c pass": bare,
         "cold job, no requirements": plain,

@@ -253,6 +253,7 @@ class Agent:
         # The finished job's files are uploaded: the next job gets a fresh /opt/ml (but
         # the pool's cache), made now rather than while it waits.
         self.layout.reset_for_next_job()
+        self.layout.make_dirs(spec)  # the usual tree, ready before the next job comes
         self._park_interpreter(spec)
         fifo = self.layout.wake_fifo
         if not fifo.exists():
@@ -354,15 +355,16 @@ class Agent:
                 "phase": None,
                 "failure_reason": f"ClientError: cannot run {command[0]}: {exc}",
             }
+        # The reader first: the job's first line is stamped when it is read.
+        assert process.stdout is not None
+        reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
+        reader.start()
         self.state.update(
             phase="training",
             pid=process.pid,
             training_started_at=_iso_now(),
             interpreter="parked" if parked else "started",
         )
-        assert process.stdout is not None
-        reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
-        reader.start()
         deadline = monotonic() + spec.max_runtime_seconds
         stop_reason: str | None = None
         while process.poll() is None:

@@ -10,6 +10,7 @@ checkpoint directories) find its files until the namespace arrives.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -157,7 +158,10 @@ class Layout:
             self.checkpoint_dir(spec),
             self.log_file.parent,
         ):
-            path.mkdir(parents=True, exist_ok=True)
+            # A stat first: on a warm pool the tree is laid out already, and mkdir's
+            # FileExistsError costs more than the look.
+            if not path.is_dir():
+                path.mkdir(parents=True, exist_ok=True)
         if spec.keep_alive_seconds > 0:
             self.warm_pool_cache.mkdir(parents=True, exist_ok=True)
 
@@ -346,6 +350,12 @@ def mounts_opt_ml(spec: JobSpec) -> bool:
     where the host lets us make one (root, with unshare and mount); else under ROOT."""
     if spec.mount_opt_ml is not None:
         return spec.mount_opt_ml
+    return _can_mount()
+
+
+@functools.cache
+def _can_mount() -> bool:
+    # What the host allows does not change while an agent runs; PATH lookups add up.
     return os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("mount"))
 
 
@@ -394,7 +404,9 @@ def wrap_command(spec: JobSpec, layout: Layout, command: list[str]) -> list[str]
             system = Path("/etc/hosts").read_text()
         except OSError:
             system = "127.0.0.1 localhost\n"
-        hosts.write_text(system.rstrip("\n") + "\n127.0.0.1 " + " ".join(spec.hosts) + "\n")
+        text = system.rstrip("\n") + "\n127.0.0.1 " + " ".join(spec.hosts) + "\n"
+        if not hosts.is_file() or hosts.read_text() != text:
+            hosts.write_text(text)
         steps.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
     if spec.network_isolation:
         flags.append("--net")
