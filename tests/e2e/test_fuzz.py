@@ -37,14 +37,16 @@ class Sender:
         self.credentials = Credentials(*server.credentials())
         self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
 
-    def send(self, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    def send(
+        self, target: str, body: bytes, service: str = "sagemaker"
+    ) -> tuple[int, dict[str, Any]]:
         request = AWSRequest(
             method="POST",
             url=self.server.endpoint + "/",
             data=body,
             headers={"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"},
         )
-        SigV4Auth(self.credentials, "sagemaker", "us-east-1").add_auth(request)
+        SigV4Auth(self.credentials, service, "us-east-1").add_auth(request)
         self.connection.request("POST", "/", body=body, headers=dict(request.prepare().headers))
         response = self.connection.getresponse()
         return response.status, json.loads(response.read() or b"{}")
@@ -93,6 +95,36 @@ def test_valid_bodies_get_an_answer_not_a_5xx(
     check(status, answer, f"SageMaker.{operation}", body)
     # A valid body is never refused for its shape.
     assert answer.get("__type") != "ValidationException" or operation in IMPLEMENTED, answer
+
+
+# The other services served on the endpoint: (botocore name, target prefix, signing name).
+OTHERS = [
+    ("logs", "Logs_20140328", "logs"),
+    ("service-quotas", "ServiceQuotasV20190624", "servicequotas"),
+]
+
+
+@pytest.mark.parametrize(("name", "prefix", "signing"), OTHERS)
+def test_other_services_never_get_a_5xx(
+    sender: Sender, name: str, prefix: str, signing: str
+) -> None:
+    model = botocore.session.get_session().get_service_model(name)
+    operations = st.one_of(
+        st.sampled_from(sorted(targets()[prefix].handlers)),
+        st.sampled_from(sorted(model.operation_names)),
+    )
+
+    @given(data=st.data(), operation=operations, valid=st.booleans())
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    def run(data: st.DataObject, operation: str, valid: bool) -> None:
+        shape = model.operation_model(operation).input_shape
+        strategy = valid_body(shape) if valid else None
+        value = data.draw(strategy if strategy is not None else random_body(shape), label="body")
+        body = encode(value)
+        target = f"{prefix}.{operation}"
+        check(*sender.send(target, body, service=signing), target, body)
+
+    run()
 
 
 # Header values must be printable to be HTTP at all; anything else is the HTTP layer's 400.
