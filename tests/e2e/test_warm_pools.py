@@ -11,6 +11,7 @@ import os
 import signal
 import sqlite3
 import time
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -547,3 +548,45 @@ def wait_for_secondary(
             return job
         assert time.monotonic() < deadline, job["SecondaryStatusTransitions"]
         settle(server)
+
+
+def test_a_pool_gives_way_to_a_plan_block_sold_for_its_instances(
+    manual_server: DockyardServer,
+) -> None:
+    from tests.e2e.plan_helpers import search, set_clock, tomorrow_at
+
+    server = manual_server
+    client = server.client()
+    d0 = tomorrow_at(6)
+    block_start = d0.replace(hour=11, minute=30)
+    set_clock(server, d0)
+    # Every p5 of every AZ is sold from 11:30 for a day.
+    for index, offering in enumerate(
+        search(
+            client,
+            InstanceType="ml.p5.48xlarge",
+            InstanceCount=8,
+            DurationHours=24,
+            StartTimeAfter=block_start,
+            EndTimeBefore=block_start + timedelta(days=1),
+        )
+    ):
+        client.create_training_plan(
+            TrainingPlanName=f"sold-{index}",
+            TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
+        )
+    set_clock(server, block_start - timedelta(minutes=40))
+    client.create_training_job(
+        **quick_job("before-block", 3600, rc={"InstanceType": "ml.p5.48xlarge"})
+    )
+    wait_for(client, "before-block", {"Completed"})
+    wait_warm(client, "before-block", "Available", server)
+    set_clock(server, block_start - timedelta(minutes=1))
+    assert (
+        client.describe_training_job(TrainingJobName="before-block")["WarmPoolStatus"]["Status"]
+        == "Available"
+    )
+    set_clock(server, block_start)  # the block starts: the pool has already ended
+    job = client.describe_training_job(TrainingJobName="before-block")
+    assert job["WarmPoolStatus"]["Status"] == "Terminated"
+    assert 38 * 60 <= job["WarmPoolStatus"]["ResourceRetainedBillableTimeInSeconds"] <= 40 * 60
