@@ -99,11 +99,6 @@ class State:
             "stop_reason": None,
         }
 
-    def failed_infra(self) -> bool:
-        """Ended for a reason that may have damaged the instance: it is not kept (§5.1)."""
-        reason = self.data.get("failure_reason") or ""
-        return self.data.get("phase") == "failed" and reason.startswith("InternalServerError")
-
     def update(self, **changes: Any) -> None:
         with self._lock:
             self.data.update(changes)
@@ -173,9 +168,10 @@ class Agent:
         while True:
             self._run_guarded()
             spec = self.spec
-            if spec is None or spec.keep_alive_seconds <= 0 or self.state.failed_infra():
+            if spec is None or spec.keep_alive_seconds <= 0:
                 return self._shut_down()
-            # A warm pool candidate: wait for the next job, or for the pool's release.
+            # A warm pool candidate: wait for the next job, or for the pool's release
+            # (whether it is kept, the control plane decides: SPEC §5.1, §5.7).
             run_dir = self._idle(spec)
             if run_dir is None:
                 return self._shut_down()

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dockyard.compute.agent_env import Layout
+
 
 def _write_private(path: Path, text: str) -> None:
     # A spec may carry S3 credentials: readable by its owner only; replaced atomically.
@@ -134,7 +136,7 @@ class LocalBackend:
                 (home / "release").touch()
                 _wake(home)
             else:
-                shutil.rmtree(home / "opt" / "ml" / "sagemaker" / "warmpoolcache", True)
+                shutil.rmtree(Layout(home).warm_pool_cache, ignore_errors=True)
         return gone
 
     def healthy(self, home_key: str, hosts: list[str]) -> bool:

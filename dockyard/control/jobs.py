@@ -90,12 +90,7 @@ class JobsReconciler:
                 if job.stop_requested:
                     self._finish(session, job, "stopped", "stop", None, None)
                     return
-                placed = (
-                    self._place_on_plan(session, job)
-                    if job.training_plan_arn
-                    else self._place(session, job)
-                )
-                if not placed:
+                if not self._place(session, job):
                     return
                 runtime = dict(job.runtime)
             elif (
@@ -130,18 +125,26 @@ class JobsReconciler:
             self._apply(session, current, states, alive)
 
     def _place(self, session: Session, job: TrainingJob) -> bool:
-        """Lease instances of one AZ for the whole MaxRuntime, or say why the job waits."""
+        """Start the job on a matching warm pool, else on its plan's block or on demand."""
         now = self.clock.now()
+        capacity.lock(session)  # one placer at a time: every check sees every booking
+        # A resumed plan job starts on fresh instances, never on a pool.
+        if int(job.runtime.get("attempt", 1)) == 1:
+            claimed = warm_pools.claim(session, job, now, self.plans)
+            if claimed is not None:
+                warm, previous = claimed
+                job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
+                transition(job, Secondary.STARTING, rules.warm_start(previous), now)
+                return True
+        if job.training_plan_arn:
+            return self._place_on_plan(session, job, now)
+        return self._place_on_demand(session, job, now)
+
+    def _place_on_demand(self, session: Session, job: TrainingJob, now: datetime) -> bool:
+        """Lease instances of one AZ for the whole MaxRuntime, or say why the job waits."""
         resources = job.spec["ResourceConfig"]
         count = int(resources["InstanceCount"])
         runtime = timedelta(seconds=int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]))
-        capacity.lock(session)
-        claimed = warm_pools.claim(session, job, now, self.plans)
-        if claimed is not None:
-            warm, previous = claimed
-            job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
-            transition(job, Secondary.STARTING, rules.warm_start(previous), now)
-            return True
         calendar = capacity.load_calendar(
             session, now, region=job.region, instance_type=resources["InstanceType"]
         )
@@ -173,17 +176,9 @@ class JobsReconciler:
         )
         return False
 
-    def _place_on_plan(self, session: Session, job: TrainingJob) -> bool:
-        """Take instances of the plan's usable block (or a warm pool kept on it), or wait."""
-        now = self.clock.now()
-        capacity.lock(session)  # one placer at a time, as for on-demand capacity
+    def _place_on_plan(self, session: Session, job: TrainingJob, now: datetime) -> bool:
+        """Take instances of the plan's usable block, or say why the job waits."""
         attempt = int(job.runtime.get("attempt", 1))
-        claimed = warm_pools.claim(session, job, now, self.plans) if attempt == 1 else None
-        if claimed is not None:
-            warm, previous = claimed
-            job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
-            transition(job, Secondary.STARTING, rules.warm_start(previous), now)
-            return True
         placement = plan_jobs.place(session, job, now)
         if placement is None:
             self._finish(session, job, "stopped", "plan_ended", None, None)
@@ -212,11 +207,7 @@ class JobsReconciler:
         instances runs, it waits for the plan's next block (or, on reserved capacity, the
         same block) and resumes from its checkpoints. True if that is what happened."""
         phases = [state.get("phase", "launching") for state in states]
-        dead = any(
-            phase in PHASES and phase != "launching" and not up
-            for phase, up in zip(phases, alive, strict=True)
-        )
-        if dead and not job.runtime.get("interrupting"):
+        if _dead(phases, alive) and not job.runtime.get("interrupting"):
             job.runtime = {**job.runtime, "interrupting": plan_rules.INSTANCE_LOST}
             return True  # the next pass stops the other instances
         reason = job.runtime.get("interrupting")
@@ -230,16 +221,10 @@ class JobsReconciler:
         if all(phase == "completed" for phase in phases):
             return False  # it finished just in time: settle it as usual
         now = self.clock.now()
-        started = [
-            datetime.fromisoformat(s["training_started_at"])
-            for s in states
-            if s.get("training_started_at")
-        ]
-        ended = [datetime.fromisoformat(s["ended_at"]) for s in states if s.get("ended_at")]
-        ran = (max(ended) if ended else wall_now()) - min(started) if started else timedelta(0)
-        used = float(job.runtime.get("used_seconds", 0)) + max(0.0, ran.total_seconds())
+        started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+        used = float(job.runtime.get("used_seconds", 0)) + _run_seconds(states)
         if started and job.training_start_time is None:
-            job.training_start_time = min(started)
+            job.training_start_time = datetime.fromisoformat(min(started))
         _catch_up(job, Secondary.TRAINING if started else Secondary.DOWNLOADING, now)
         transition(job, Secondary.INTERRUPTED, str(reason), now)
         job.runtime = {"attempt": int(job.runtime.get("attempt", 1)) + 1, "used_seconds": used}
@@ -251,7 +236,7 @@ class JobsReconciler:
         placement = runtime["placement"]
         spec = job.spec
         count = int(spec["ResourceConfig"]["InstanceCount"])
-        hosts = [f"algo-{i}" for i in range(1, count + 1)]
+        hosts = rules.host_names(count)
         hyper = dict(spec.get("HyperParameters", {}))
         algorithm = spec["AlgorithmSpecification"]
         checkpoint = spec.get("CheckpointConfig") or {}
@@ -309,11 +294,7 @@ class JobsReconciler:
         now = self.clock.now()
         phases = [state.get("phase", "launching") for state in states]
         failed = [s for s in states if s.get("phase") == "failed"]
-        dead = [
-            i
-            for i, (phase, up) in enumerate(zip(phases, alive, strict=True))
-            if phase in PHASES and phase != "launching" and not up
-        ]
+        dead = _dead(phases, alive)
         started = [s["training_started_at"] for s in states if s.get("training_started_at")]
         if started and job.training_start_time is None:
             job.training_start_time = datetime.fromisoformat(min(started))
@@ -400,11 +381,7 @@ class JobsReconciler:
         if job.training_plan_arn:
             # Time actually run, over every attempt; the plan's capacity is paid already.
             earlier = float(job.runtime.get("used_seconds", 0))
-            starts = [
-                s["training_started_at"] for s in states or [] if s.get("training_started_at")
-            ]
-            current = (end - datetime.fromisoformat(min(starts))).total_seconds() if starts else 0
-            job.billable_seconds = int(earlier + max(0.0, current)) * count
+            job.billable_seconds = int(earlier + _run_seconds(states or [])) * count
             return
         job.billable_seconds = seconds * count
         price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
@@ -419,6 +396,26 @@ class JobsReconciler:
             description=f"{count} x {seconds} s of training job {job.name}",
             now=now,
         )
+
+
+def _run_seconds(states: list[dict[str, Any]]) -> float:
+    """How long this attempt's instances trained, by their own clocks (MaxRuntime and
+    billing count time run, which a manual control-plane clock knows nothing of)."""
+    started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+    if not started:
+        return 0.0
+    ended = [s["ended_at"] for s in states if s.get("ended_at")]
+    end = datetime.fromisoformat(max(ended)) if ended else wall_now()
+    return max(0.0, (end - datetime.fromisoformat(min(started))).total_seconds())
+
+
+def _dead(phases: list[str], alive: list[bool]) -> bool:
+    """Whether an instance's agent exited in the middle of the job (an infrastructure
+    failure: it launched, has not ended, and no longer runs)."""
+    return any(
+        phase in PHASES and phase != "launching" and not up
+        for phase, up in zip(phases, alive, strict=True)
+    )
 
 
 _STEPS = (

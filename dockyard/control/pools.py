@@ -17,16 +17,13 @@ from dockyard.clock import Clock
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings
 from dockyard.domain import warm_pools as rules
+from dockyard.domain.jobs import host_names
 from dockyard.domain.warm_pools import WarmPoolStatus
 from dockyard.services import warm_pools
 from dockyard.store.db import Database
 from dockyard.store.tables import WarmPool
 
 log = logging.getLogger("dockyard.control.pools")
-
-
-def _hosts(count: int) -> list[str]:
-    return [f"algo-{i}" for i in range(1, count + 1)]
 
 
 class PoolsReconciler:
@@ -51,7 +48,7 @@ class PoolsReconciler:
                 )
             ).all()
         for pool_id, home, count in available:
-            if self.backend.healthy(home, _hosts(count)):
+            if self.backend.healthy(home, host_names(count)):
                 continue
             with self.db.session() as session:
                 pool = session.get(WarmPool, pool_id)
@@ -71,7 +68,7 @@ class PoolsReconciler:
         for pool_id, home, count, placement in ended:
             if (placement or {}).get("released"):
                 continue
-            if not self.backend.release(home, _hosts(count)):
+            if not self.backend.release(home, host_names(count)):
                 continue  # told to go; looked at again on the next pass
             with self.db.session() as session:
                 pool = session.get(WarmPool, pool_id)

@@ -92,3 +92,8 @@ def warm_start(previous_job: str) -> str:
 def instance_key(account_id: str, region: str, job_name: str) -> str:
     """The name of a job's instances on a backend: unique per account, region and job."""
     return f"{account_id}-{region}-{job_name}"
+
+
+def host_names(count: int) -> list[str]:
+    """A job's instances as SageMaker names them: algo-1 .. algo-N."""
+    return [f"algo-{i}" for i in range(1, count + 1)]

@@ -96,20 +96,18 @@ def in_use(session: Session, plan_arn: str) -> dict[str, int]:
         block = (job.runtime.get("placement") or {}).get("block")
         if block:
             used[block] = used.get(block, 0) + _count(job)
-    pools = session.scalars(
-        select(WarmPool).where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
-    )
-    job_ids = {pool.job_id: pool for pool in pools if "block" in pool.placement}
-    if job_ids:
-        owners = session.scalars(
-            select(TrainingJob.id).where(
-                TrainingJob.id.in_(list(job_ids)), TrainingJob.training_plan_arn == plan_arn
-            )
+    kept = session.execute(
+        select(WarmPool.placement, WarmPool.instance_count)
+        .join(TrainingJob, TrainingJob.id == WarmPool.job_id)
+        .where(
+            WarmPool.status == WarmPoolStatus.AVAILABLE.value,
+            TrainingJob.training_plan_arn == plan_arn,
         )
-        for job_id in owners:
-            pool = job_ids[job_id]
-            block = str(pool.placement["block"])
-            used[block] = used.get(block, 0) + pool.instance_count
+    )
+    for placement, count in kept:
+        block = placement.get("block")
+        if block:
+            used[block] = used.get(block, 0) + count
     return used
 
 

@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.e2e.plan_helpers import settle
-from tests.e2e.test_service_quotas import aws
+from tests.e2e.test_service_quotas import aws, quota_codes
 from tests.e2e.test_training_jobs import job_request, script_job, wait_for
 from tests.harness import DockyardServer, run_cli
 
@@ -477,10 +477,9 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists()
 
-    quotas = server.client("service-quotas", key=key)
-    pages = quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
-    codes = {q["QuotaName"]: q["QuotaCode"] for p in pages for q in p["Quotas"]}
-    code = codes["ml.m5.xlarge for training warm pool usage"]
+    code = quota_codes(server.client("service-quotas", key=key))[
+        "ml.m5.xlarge for training warm pool usage"
+    ]
     request_id = aws(
         server,
         key,
