@@ -17,8 +17,6 @@ from __future__ import annotations
 import configparser
 import io
 import json
-import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -34,6 +32,8 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
+from dockyard.compute.local import end_agents
+
 RESULTS_FILE = Path(__file__).resolve().parent / "results" / "cold_start.json"
 CODE = b"print('first line', flush=True)\n"
 
@@ -42,18 +42,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _end_agents(data_dir: Path) -> None:
-    """Warm pools' agents outlive the server by design; the bench's data dir goes, so
-    they go too (SIGTERM: an idle agent deletes its cache and exits)."""
-    for pid_file in (data_dir / "instances").glob("*/*/agent.pid"):
-        try:
-            pid = int(pid_file.read_text())
-            if b"dockyard.compute.agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGTERM)
-        except (OSError, ValueError):
-            continue
 
 
 def _bare_python(runs: int) -> list[float]:
@@ -192,7 +180,7 @@ def run(quick: bool = False) -> bool:
         finally:
             server.terminate()
             server.wait(timeout=30)
-            _end_agents(data_dir)
+            end_agents(data_dir, grace=1.0)
     rows = {
         "bare python -S -c pass": bare,
         "cold job, no requirements": plain,

@@ -16,6 +16,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from dockyard.compute.local import end_agents
+
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
 
@@ -106,27 +108,7 @@ class DockyardServer:
     def reap_agents(self) -> None:
         """Warm pools keep their agents running past the server (as they must across a
         restart); a test's data dir is thrown away, so its agents go with it."""
-        running = set()
-        for pid_file in (self.data_dir / "instances").glob("*/*/agent.pid"):
-            try:
-                pid = int(pid_file.read_text())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if b"dockyard.compute.agent" in cmdline:
-                running.add(pid)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in running:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + 5
-            while running and time.monotonic() < deadline:
-                running = {pid for pid in running if Path(f"/proc/{pid}").exists()}
-                time.sleep(0.05)
-            if not running:
-                return
+        end_agents(self.data_dir)
 
     def credentials(self) -> tuple[str, str]:
         parser = configparser.ConfigParser()

@@ -11,11 +11,14 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from dockyard.clock import monotonic
 from dockyard.compute.agent_env import Layout
 
 
@@ -26,6 +29,36 @@ def _write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def end_agents(data_dir: Path, grace: float = 5.0) -> None:
+    """Stop every agent under a data dir: SIGTERM (an idle warm-pool agent deletes its
+    cache and exits), then SIGKILL after `grace` seconds.
+
+    Agents outlive the server by design (warm pools survive restarts), so a server is
+    stopped without this; it is for throwing a data dir away (tests, benchmarks).
+    """
+    running = set()
+    for pid_file in (Path(data_dir) / "instances").glob("*/*/agent.pid"):
+        try:
+            pid = int(pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if b"dockyard.compute.agent" in command:
+            running.add(pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in running:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        give_up = monotonic() + grace
+        while running and monotonic() < give_up:
+            running = {pid for pid in running if Path(f"/proc/{pid}").exists()}
+            time.sleep(0.05)
+        if not running:
+            return
 
 
 def _wake(home: Path) -> None:
