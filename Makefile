@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint clean sandbox
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,16 +20,35 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test]'
 	touch $(TEST_STAMP)
 
-run: $(STAMP)
+# The job sandbox's tools (docs/security.md), from Debian's packages when missing.
+SANDBOX_TOOLS := bwrap slirp4netns setpriv nsenter ip
+SANDBOX_PACKAGES := bubblewrap slirp4netns util-linux iproute2
+
+sandbox:
+	@missing=""; for tool in $(SANDBOX_TOOLS); do \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing the job sandbox's tools:$$missing"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq $(SANDBOX_PACKAGES) >/dev/null; \
+	  else \
+	    echo "warning: the job sandbox needs$$missing: apt-get install $(SANDBOX_PACKAGES)"; \
+	    echo "         (as root); until then jobs fail, or run unconfined with"; \
+	    echo "         make run ARGS=--unsafe-no-sandbox (see docs/security.md)"; \
+	  fi; \
+	fi
+
+run: $(STAMP) sandbox
 	$(BIN)/dockyard serve $(ARGS)
 
 # End-to-end tests mostly wait on servers and jobs: two workers halve the wall time.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) sandbox
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) sandbox
 	$(BIN)/python -m bench $(ARGS)
 
 lint: $(TEST_STAMP)

@@ -39,6 +39,9 @@ class Settings:
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     s3_region: str = "us-east-1"
+    # How jobs are confined: "bwrap" (the sandbox, docs/security.md) or "none"
+    # (--unsafe-no-sandbox: jobs run as plain processes of the server's user).
+    sandbox: str = "bwrap"
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -95,6 +98,14 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     settings = replace(Settings(), **values, extra=extra)
     if settings.clock not in ("real", "manual"):
         raise ConfigError(f"clock must be real or manual (got {settings.clock!r})")
+    if settings.sandbox not in ("bwrap", "none"):
+        raise ConfigError(f"sandbox must be bwrap or none (got {settings.sandbox!r})")
+    try:
+        from dockyard.domain.instance_types import catalogue
+
+        catalogue(settings.extra.get("instance_types"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     return settings
 
 

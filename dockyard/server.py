@@ -6,6 +6,7 @@ This is the one place that wires the layers together; `dockyard serve` calls it.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from starlette.applications import Starlette
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.clock import ManualClock, make_clock
+from dockyard.compute import sandbox
 from dockyard.compute.local import LocalBackend
 from dockyard.config import Settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
@@ -36,9 +38,48 @@ class Server:
     development: DevelopmentAccess
 
 
+def secure_data_dir(data_dir: Path) -> None:
+    """The data dir is the server's alone: keys, database, logs, every job's files.
+
+    Everything the server (and the agents it starts) writes from here on is readable
+    by its owner only, and what an older version left readable is closed now.
+    """
+    os.umask(0o077)
+    path = Path(data_dir)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    for entry in path.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            os.chmod(entry, 0o600)
+        elif entry.is_dir() and not entry.is_symlink():
+            os.chmod(entry, 0o700)
+
+
+def protect_from_oom_killer() -> None:
+    """When the host runs out of memory, a job goes before the server (a job's own
+    limit is its cgroup's; this is for the host as a whole). Agents inherit it; the
+    jobs' interpreters raise theirs again."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text("-500")
+    except OSError:
+        pass  # not root: the kernel's default order
+
+
+def report_sandbox(settings: Settings) -> None:
+    if settings.sandbox == "none":
+        log.warning(
+            "jobs run UNCONFINED (--unsafe-no-sandbox): a job's code can read this "
+            "server's files and keys and reach its port; see docs/security.md"
+        )
+        return
+    why = sandbox.unavailable()
+    if why is not None:
+        log.warning("jobs will fail to start: %s", sandbox.unavailable_message(why))
+
+
 def open_database(settings: Settings) -> Database:
     """Open the database and bring its schema to the newest migration."""
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings.data_dir)
     db = Database(settings.resolved_database_url)
     migrate.upgrade(db)
     return db
@@ -46,6 +87,8 @@ def open_database(settings: Settings) -> Database:
 
 def build(settings: Settings) -> Server:
     db = open_database(settings)
+    protect_from_oom_killer()
+    report_sandbox(settings)
     clock = make_clock(settings.clock)
     if isinstance(clock, ManualClock):
         # Resume where the manual clock had got to; it never goes back.

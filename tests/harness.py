@@ -55,6 +55,7 @@ class DockyardServer:
         self.process: subprocess.Popen[str] | None = None
         self.log_path = data_dir / "server.log"
         self.extra_args: list[str] = []
+        self.extra_env: dict[str, str] = {}
 
     @property
     def endpoint(self) -> str:
@@ -76,7 +77,12 @@ class DockyardServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")  # noqa: SIM115 - the child process owns it
         self.process = subprocess.Popen(
-            dockyard_command(*args), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True
+            dockyard_command(*args),
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **self.extra_env},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -154,6 +160,42 @@ class DockyardServer:
             fields["aws_access_key_id"].strip(),
             fields["aws_secret_access_key"].strip(),
         )
+
+
+# Inside a job: a file the test creates (`open_gate`) to let a waiting job go on. The job
+# sees only its own tree, so the gate is in it, where the test (root) can reach it.
+GATE = "/opt/ml/input/go"
+WAIT_FOR_GATE = (
+    "import pathlib, time; print('up', flush=True); "
+    f"[time.sleep(0.05) for _ in iter(lambda: pathlib.Path({GATE!r}).exists(), True)]"
+)
+
+
+def instance_root(server: DockyardServer, job_name: str, host: str = "algo-1") -> Path:
+    """The root of the instance running a job on the local backend: the job's own, or
+    the warm pool's it was handed to (whose agent its run directory names)."""
+    instances = server.data_dir / "instances"
+    deadline = time.monotonic() + 60
+    while True:
+        runs = list(instances.glob(f"*-{job_name}/{host}"))
+        if runs and (runs[0] / "agent.pid").is_file():
+            run = runs[0]
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no instance runs {job_name}")
+        time.sleep(0.05)
+    if (run / "sandbox").is_dir() or (run / "opt").is_dir():
+        return run
+    agent = (run / "agent.pid").read_text()
+    for home in instances.glob(f"*/{host}"):
+        if (home / "opt").is_dir() and (home / "agent.pid").read_text() == agent:
+            return home
+    raise AssertionError(f"no warm pool instance runs {job_name}")
+
+
+def open_gate(server: DockyardServer, job_name: str, host: str = "algo-1") -> None:
+    path = instance_root(server, job_name, host) / GATE.lstrip("/")
+    path.touch()
 
 
 def signed_post(

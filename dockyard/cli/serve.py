@@ -45,6 +45,15 @@ def serve(
             help="real, or manual: time moves only with `dockyard clock` [default: real]."
         ),
     ] = None,
+    unsafe_no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-no-sandbox",
+            help="Run jobs as plain processes of this server's user, without the sandbox "
+            "(bubblewrap). A job's code can then read the server's keys and every other "
+            "job's files: only for a machine where every job is trusted (docs/security.md).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the SageMaker API (POST /), /healthz and /metrics."""
     import uvicorn
@@ -61,6 +70,7 @@ def serve(
             database_url=database_url,
             clock=clock,
             s3_endpoint_url=s3_endpoint_url,
+            sandbox="none" if unsafe_no_sandbox else None,
         )
     except ConfigError as exc:
         raise fail(str(exc)) from exc
@@ -75,6 +85,7 @@ def serve(
     endpoint = f"http://{settings.host}:{settings.port}"
     console.print(f"[bold]dockyard[/bold] listening on {endpoint} ({settings.clock} clock)")
     console.print(f"database: {_redact(settings.resolved_database_url)}")
+    console.print(_sandbox_line(settings.sandbox))
     console.print(
         f"development account {dev.account_id}: credentials in {dev.credentials_file}"
         + (" (new)" if dev.created else "")
@@ -98,3 +109,16 @@ def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def _sandbox_line(mode: str) -> str:
+    from dockyard.compute import sandbox
+
+    if mode == "none":
+        return (
+            "[bold red]jobs run unconfined[/bold red] (--unsafe-no-sandbox): see docs/security.md"
+        )
+    why = sandbox.unavailable()
+    if why is None:
+        return "jobs run sandboxed (bubblewrap; docs/security.md)"
+    return f"[bold red]jobs cannot start[/bold red]: {sandbox.unavailable_message(why)}"

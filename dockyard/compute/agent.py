@@ -9,8 +9,11 @@ Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`
      `logs/output.jsonl` (one `{"t": epoch_ms, "m": line}` per line the job prints);
      the SageMaker container tree under `ROOT/opt/ml` (see `agent_env`).
 
-The job runs in its own process group so that a stop reaches every process it started:
-SIGTERM to the group, `stop_grace_seconds` to finish, then SIGKILL - SageMaker's contract.
+Every run of the job's code is confined (`agent_sandbox`): its own sandbox, as an
+unprivileged user, in its instances' network, within its instance type's limits. A
+stop reaches every process it started: SIGTERM to all of them, `stop_grace_seconds` to
+finish, then SIGKILL - SageMaker's contract; when the job's first process ends, the
+rest end with its sandbox.
 
 Warm pools (SPEC §5): a job with a keep-alive period leaves its agent running after
 the job ends. The agent waits for `next.json` (naming the next job's own directory,
@@ -38,18 +41,11 @@ from typing import IO, Any
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
 from dockyard.compute.agent_deps import install_requirements
-from dockyard.compute.agent_env import (
-    Layout,
-    build_command,
-    build_env,
-    container_env,
-    job_command,
-    mounts_opt_ml,
-    wrap_command,
-    write_config,
-)
+from dockyard.compute.agent_env import Layout, job_command, write_config
+from dockyard.compute.agent_files import read_regular
+from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
-from dockyard.compute.agent_zygote import BOOT, Zygote, script_argv
+from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
@@ -116,14 +112,30 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass  # the group is gone already
 
 
+def _exit_code(code: int) -> int:
+    """A container's exit code: 128 + N for a process killed by signal N, as Docker (and
+    so SageMaker) reports it, whether the sandbox or Python saw the death."""
+    return 128 - code if code < 0 else code
+
+
 def _describe_exit(code: int) -> str:
-    if code < 0:
+    if code > 128:
         try:
-            name = signal.Signals(-code).name
+            name = signal.Signals(code - 128).name
         except ValueError:
             name = "unknown signal"
-        return f"AlgorithmError: ExitCode {code}: killed by signal {-code} ({name})"
+        return f"AlgorithmError: ExitCode {code}: killed by signal {code - 128} ({name})"
     return f"AlgorithmError: ExitCode {code}"
+
+
+def _out_of_memory(spec: JobSpec) -> str:
+    limit = spec.sandbox.get("limits", {}).get("memory_bytes")
+    size = f" ({int(limit) / 1024**3:g} GiB)" if isinstance(limit, (int, float)) else ""
+    return (
+        f"ClientError: OutOfMemoryError: the job ran out of memory: it needed more than the "
+        f"memory of one {spec.instance_type} instance{size}, and a process of the job was "
+        "killed. Use an instance type with more memory, or reduce the memory the job uses."
+    )
 
 
 class Agent:
@@ -136,6 +148,9 @@ class Agent:
         self._signalled = False
         self.spec: JobSpec | None = None  # the job being run, as it runs (after installs)
         self._zygote: Zygote | None = None
+        # The instance's sandbox, network and limits: made for its first job, kept for
+        # every job a warm pool runs on it, closed when the instance ends.
+        self.confinement: Confinement | None = None
 
     # -- stopping ---------------------------------------------------------------------
 
@@ -158,9 +173,10 @@ class Agent:
         _write_atomically(self.layout.pid_file, f"{os.getpid()}\n")
         self.state.update(phase="downloading", started_at=_iso_now())
         if previous is not None:
-            # An earlier agent died mid-job; its job may still be running and cannot be
-            # adopted (its output pipe died with the agent), so end it rather than run twice.
-            if isinstance(previous.get("pid"), int):
+            # An earlier agent died mid-job. A sandboxed job died with it (its sandbox
+            # dies with its parent); an unconfined one may still run and cannot be adopted
+            # (its output pipe died with the agent), so end it rather than run twice.
+            if isinstance(previous.get("pid"), int) and previous.get("unconfined"):
                 _kill_group(previous["pid"], signal.SIGKILL)
             return self._finish(
                 "failed", failure_reason="InternalServerError: the instance agent was restarted"
@@ -190,11 +206,15 @@ class Agent:
             self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
 
     def _shut_down(self) -> int:
-        """The instance goes: its warm pool cache with it (SPEC §5.5)."""
+        """The instance goes: its warm pool cache with it (SPEC §5.5), and its sandbox's
+        network and cgroup once nothing of it runs."""
         if self._zygote is not None:
             self._zygote.discard()
             self._zygote = None
         shutil.rmtree(self.layout.warm_pool_cache, ignore_errors=True)
+        if self.confinement is not None:
+            self.confinement.close()
+            self.confinement = None
         return 0
 
     def _previous_state(self) -> dict[str, Any] | None:
@@ -224,31 +244,51 @@ class Agent:
             # A resumed job starts on fresh instances: nothing of the last attempt's
             # /opt/ml survives but what it saved to S3 (its checkpoints).
             shutil.rmtree(self.layout.opt_ml, ignore_errors=True)
-        self.layout.make_dirs(spec)
-        write_config(spec, self.layout)
         try:
+            confinement = self._confine(spec)
+        except (ConfinementError, OSError) as exc:
+            reason = (
+                str(exc) if isinstance(exc, ConfinementError) else f"InternalServerError: {exc}"
+            )
+            return self._finish("failed", failure_reason=reason)
+        try:
+            self.layout.make_dirs(spec)
+            write_config(spec, self.layout)
             stage_inputs(spec, self.layout, store, self._check_stop)
-            spec = install_requirements(spec, self.layout)
+            # From here the tree is the job's: the install already runs its code.
+            confinement.hand_over()
+            spec = install_requirements(spec, self.layout, confinement)
             self.spec = spec
-            command = build_command(spec, self.layout)
+            command = job_command(spec, self.layout)
         except StopRequested:
             return self._finish("stopped", stop_reason="stop")
         except ClientError as exc:
             return self._finish("failed", failure_reason=str(exc))
+        except ConfinementError as exc:
+            return self._finish("failed", failure_reason=str(exc))
         except ValueError as exc:
             return self._finish("failed", failure_reason=f"ClientError: {exc}")
-        outcome = self._train(spec, command)
+        outcome = self._train(spec, command, confinement)
         if outcome["phase"] is None:
             return self._finish("failed", failure_reason=outcome["failure_reason"])
         return self._upload(spec, store, outcome)
+
+    def _confine(self, spec: JobSpec) -> Confinement:
+        if self.confinement is None:
+            self.confinement = Confinement.open(spec, self.layout)
+            if self.confinement.note:
+                print(f"dockyard agent: {self.confinement.note}", file=sys.stderr, flush=True)
+        return self.confinement
 
     # -- waiting in a warm pool -------------------------------------------------------
 
     def _idle(self, spec: JobSpec) -> Path | None:
         """Wait for the control plane: the next job's directory, or None (released)."""
         # The finished job's files are uploaded: the next job gets a fresh /opt/ml (but
-        # the pool's cache), made now rather than while it waits.
+        # the pool's cache), /tmp and home, made now rather than while it waits.
         self.layout.reset_for_next_job()
+        if self.confinement is not None:
+            self.confinement.wipe_scratch()
         self.layout.make_dirs(spec)  # the usual tree, ready before the next job comes
         self._park_interpreter(spec)
         fifo = self.layout.wake_fifo
@@ -285,21 +325,19 @@ class Agent:
         return run_dir
 
     def _park_interpreter(self, spec: JobSpec) -> None:
-        key = self._interpreter_key(spec)
+        confinement = self.confinement
+        if confinement is None:
+            return
+        python = confinement.inside(spec.python)
         if self._zygote is not None:
-            if self._zygote.key == key and self._zygote.process.poll() is None:
+            if self._zygote.key == confinement.key(python) and self._zygote.process.poll() is None:
                 return
             self._zygote.discard()
             self._zygote = None
-        command = wrap_command(spec, self.layout, [spec.python, "-c", BOOT])
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
-            self._zygote = Zygote.start(key, command, str(self.layout.root), env)
-        except OSError:
+            self._zygote = confinement.park(python)
+        except (OSError, ConfinementError):
             self._zygote = None  # the next job starts cold
-
-    def _interpreter_key(self, spec: JobSpec) -> tuple[str, ...]:
-        return (spec.python, *wrap_command(spec, self.layout, []))
 
     def _upload(self, spec: JobSpec, store: S3Store, outcome: dict[str, Any]) -> int:
         self.state.update(phase="uploading", pid=None)
@@ -314,43 +352,51 @@ class Agent:
 
     # -- training ---------------------------------------------------------------------
 
-    def _from_zygote(
-        self, spec: JobSpec, env: dict[str, str], cwd: Path
-    ) -> subprocess.Popen[bytes] | None:
-        zygote, self._zygote = self._zygote, None
-        if zygote is None:
-            return None
-        argv = script_argv(job_command(spec, self.layout), spec.python, spec.environment)
-        if argv is None or zygote.key != self._interpreter_key(spec):
-            zygote.discard()
-            return None
-        return zygote.activate(argv, env, str(cwd))
-
-    def _train(self, spec: JobSpec, command: list[str]) -> dict[str, Any]:
-        cwd = self.layout.code_dir if self.layout.code_dir.is_dir() else self.layout.root
-        env = (
-            container_env(build_env(spec, self.layout), self.layout)
-            if mounts_opt_ml(spec)
-            else build_env(spec, self.layout)
+    def _start(
+        self, spec: JobSpec, command: list[str], confinement: Confinement
+    ) -> tuple[Zygote, subprocess.Popen[bytes], bool]:
+        """The job's process: the parked interpreter if it fits, else a new one."""
+        python = confinement.inside(spec.python)
+        if command and command[0] == spec.python:
+            command = [python, *command[1:]]
+        if self.layout.code_dir.is_dir():
+            cwd = confinement.inside(self.layout.code_dir)
+        else:
+            cwd = "/" if confinement.sandbox else str(self.layout.root)
+        message = job_message(
+            command,
+            python,
+            confinement.job_env(spec),
+            cwd,
+            confinement.inside(self.layout.failure_file),
         )
-        process = self._from_zygote(spec, env, cwd)
-        parked = process is not None
+        zygote, self._zygote = self._zygote, None
+        if zygote is not None:
+            if zygote.key == confinement.key(python):
+                process = zygote.activate(message)
+                if process is not None:
+                    return zygote, process, True
+            zygote.discard()
+        zygote = confinement.park(python)
+        process = zygote.activate(message)
+        if process is None:
+            zygote.discard()
+            raise OSError("the job's interpreter exited before the job was handed to it")
+        return zygote, process, False
+
+    def _train(
+        self, spec: JobSpec, command: list[str], confinement: Confinement
+    ) -> dict[str, Any]:
+        oom_before = confinement.oom_kills()
         try:
-            if process is None:
-                process = subprocess.Popen(
-                    command,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own group, so a stop reaches all of it
-                )
-        except OSError as exc:
-            return {
-                "phase": None,
-                "failure_reason": f"ClientError: cannot run {command[0]}: {exc}",
-            }
+            zygote, process, parked = self._start(spec, command, confinement)
+        except (OSError, ConfinementError) as exc:
+            reason = (
+                exc
+                if isinstance(exc, ConfinementError)
+                else f"ClientError: cannot run {command[0]}: {exc}"
+            )
+            return {"phase": None, "failure_reason": str(reason)}
         # The reader first: the job's first line is stamped when it is read.
         assert process.stdout is not None
         reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
@@ -360,6 +406,7 @@ class Agent:
             pid=process.pid,
             training_started_at=_iso_now(),
             interpreter="parked" if parked else "started",
+            unconfined=confinement.sandbox is None,
         )
         deadline = monotonic() + spec.max_runtime_seconds
         stop_reason: str | None = None
@@ -369,33 +416,33 @@ class Agent:
             elif monotonic() >= deadline:
                 stop_reason = "max_runtime"
             if stop_reason is not None:
-                self._terminate(process, spec.stop_grace_seconds)
+                self._terminate(zygote, spec.stop_grace_seconds)
                 break
             time.sleep(POLL_SECONDS)
-        code = process.wait()
         # The job is over when its first process ends, as when a container's entrypoint
-        # exits; whatever it left behind would hold the log pipe open and keep running.
-        _kill_group(process.pid, signal.SIGKILL)
+        # exits: whatever it left behind ends with it (and with its sandbox).
+        code = _exit_code(zygote.end())
         reader.join(timeout=5)
         if stop_reason is not None:
             return {"phase": "stopped", "exit_code": code, "stop_reason": stop_reason}
         if code == 0:
             return {"phase": "completed", "exit_code": 0}
+        if confinement.oom_kills() > oom_before:
+            return {"phase": "failed", "exit_code": code, "failure_reason": _out_of_memory(spec)}
         return {"phase": "failed", "exit_code": code, "failure_reason": self._failure(code)}
 
-    def _terminate(self, process: subprocess.Popen[bytes], grace: float) -> None:
-        _kill_group(process.pid, signal.SIGTERM)
+    def _terminate(self, zygote: Zygote, grace: float) -> None:
+        zygote.signal(signal.SIGTERM)
         give_up = monotonic() + grace
-        while process.poll() is None and monotonic() < give_up:
+        while zygote.process.poll() is None and monotonic() < give_up:
             time.sleep(POLL_SECONDS)
-        _kill_group(process.pid, signal.SIGKILL)
+        zygote.end()
 
     def _failure(self, code: int) -> str:
-        try:
-            written = self.layout.failure_file.read_text(errors="replace").strip()
-        except OSError:
-            written = ""
-        return written[:MAX_REASON] if written else _describe_exit(code)
+        # The job's own file, read as the job could (no links, nothing but a file).
+        written = read_regular(self.layout.opt_ml, self.layout.failure_file, MAX_REASON * 4)
+        text = (written or b"").decode(errors="replace").strip()
+        return text[:MAX_REASON] if text else _describe_exit(code)
 
     def _stream(self, stream: IO[bytes]) -> None:
         first = True

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import posixpath
 import shutil
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dockyard.compute.agent_env import Layout, script_name
+from dockyard.compute.agent_files import regular_files, walk
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.s3 import S3Error, S3Store, parse_s3_uri
 
@@ -128,25 +130,48 @@ def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: Chec
 
 
 def _stage_code(submit: str, layout: Layout, store: S3Store) -> None:
-    if submit.startswith("file://"):
-        archive = Path(submit[len("file://") :])
-    else:
-        archive = layout.root / "tmp" / "sourcedir.tar.gz"
-        store.download(submit, archive)
+    # Only from S3, as SageMaker takes it: a file:// archive would be any file of this
+    # host the agent (root) can read.
+    if not submit.startswith("s3://"):
+        raise ClientError(
+            f'sagemaker_submit_directory "{submit}" must be an s3:// URI of a tar.gz archive'
+        )
+    archive = layout.root / "tmp" / "sourcedir.tar.gz"
+    store.download(submit, archive)
     layout.code_dir.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(archive) as tar:
-            # The "data" filter refuses absolute paths, `..` and links out of the tree.
+            # The "data" filter refuses absolute paths, `..`, devices and links out of
+            # the tree, and drops set-uid bits and ownership.
             tar.extractall(layout.code_dir, filter="data")
     except (tarfile.TarError, OSError) as exc:
         raise ClientError(f'Could not unpack the source archive "{submit}": {exc}') from exc
 
 
-def _pack(directory: Path, archive: Path) -> None:
+def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    # The files are the sandbox user's; the archive says root, as a container's would.
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _pack(base: Path, directory: Path, archive: Path) -> None:
+    """Directory's entries into a tar.gz: files and directories, links as links (never
+    what they point at), nothing else (a FIFO or socket the job left)."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(directory.rglob("*")):
-            tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
+        for path, info in walk(base, directory):
+            if (
+                stat.S_ISREG(info.st_mode)
+                or stat.S_ISDIR(info.st_mode)
+                or stat.S_ISLNK(info.st_mode)
+            ):
+                tar.add(
+                    path,
+                    arcname=path.relative_to(directory).as_posix(),
+                    recursive=False,
+                    filter=_as_root,
+                )
 
 
 def artifact_uri(spec: JobSpec, name: str) -> str:
@@ -164,18 +189,17 @@ def upload_outputs(spec: JobSpec, layout: Layout, store: S3Store) -> None:
                 (layout.output_data_dir, "output.tar.gz"),
             ):
                 archive = staging / name
-                _pack(directory, archive)
+                _pack(layout.opt_ml, directory, archive)
                 store.upload(archive, artifact_uri(spec, name))
                 archive.unlink()
         if spec.checkpoint_s3_uri:
             base = spec.checkpoint_s3_uri.rstrip("/")
             checkpoints = layout.checkpoint_dir(spec)
-            for path in sorted(checkpoints.rglob("*")):
-                if path.is_file():
-                    store.upload(path, f"{base}/{path.relative_to(checkpoints).as_posix()}")
+            for path in regular_files(layout.opt_ml, checkpoints):
+                store.upload(path, f"{base}/{path.relative_to(checkpoints).as_posix()}")
     except S3Error as exc:
         raise ClientError(exc.message) from exc
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise ClientError(f"Could not package the job's outputs: {exc}") from exc
 
 

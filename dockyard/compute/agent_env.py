@@ -1,24 +1,28 @@
 """The SageMaker container contract, laid out under an instance root.
 
 Training code written for SageMaker finds everything through `/opt/ml` and the `SM_*`
-environment the SageMaker training toolkit sets. Giving each instance a real `/opt/ml`
-needs a private mount namespace (a later step), so for now every container path P lives
-at `ROOT/P` (`/opt/ml/model` is `ROOT/opt/ml/model`) and every `SM_*` variable points
-there; `DOCKYARD_CONTAINER_ROOT` (= ROOT) lets code that hard-codes `/opt/ml/...` (such as
-checkpoint directories) find its files until the namespace arrives.
+environment the SageMaker training toolkit sets. The tree lives at `ROOT/opt/ml` on
+this host; the job's sandbox binds it at the real `/opt/ml` and every `SM_*` variable
+points there (`container_env`). Unconfined (`--unsafe-no-sandbox`), the job sees the
+tree where it is, and `DOCKYARD_CONTAINER_ROOT` (= ROOT) lets code that hard-codes
+`/opt/ml/...` find it.
+
+The tree belongs to the job while it runs, so everything the (root) agent does to it
+afterwards - packing the model, reading the failure file, emptying it for a warm
+pool's next job - looks at what is there without following links out of it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import shlex
+import posixpath
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dockyard.compute.agent_files import is_real_dir, take_back
 from dockyard.compute.agent_spec import JobSpec
 
 GROUP = "homogeneousCluster"
@@ -89,7 +93,14 @@ class Layout:
         return self.opt_ml / "code"
 
     def checkpoint_dir(self, spec: JobSpec) -> Path:
-        return self.container(spec.checkpoint_local_path)
+        """CheckpointConfig.LocalPath: a directory of the job's tree, never outside it."""
+        local = posixpath.normpath(spec.checkpoint_local_path or "/opt/ml/checkpoints")
+        if local != "/opt/ml" and local.startswith("/opt/ml/") and ".." not in local.split("/"):
+            return self.container(local)
+        raise ValueError(
+            f"CheckpointConfig.LocalPath {spec.checkpoint_local_path!r} must be a directory "
+            "under /opt/ml"
+        )
 
     @property
     def warm_pool_cache(self) -> Path:
@@ -99,6 +110,12 @@ class Layout:
     @property
     def venv(self) -> Path:
         return self.root / "venv"
+
+    @property
+    def venv_marker(self) -> Path:
+        """What the venv was made for and holds; the agent's, outside the venv (which the
+        install step, running the job's requirements, may write anything into)."""
+        return self.root / "venv.json"
 
     # The agent's side of the protocol with the control plane: one job's files...
     @property
@@ -138,12 +155,21 @@ class Layout:
         return self.root / "wake"
 
     def reset_for_next_job(self) -> None:
-        """A fresh /opt/ml for the next job on a pool: everything but the pool's cache."""
+        """A fresh /opt/ml for the next job on a pool: everything but the pool's cache.
+
+        The last job may have left links anywhere (`sagemaker -> /etc`): only a real
+        directory is looked into, anything else is removed as what it is.
+        """
         keep = self.warm_pool_cache
-        for entry in list(self.opt_ml.iterdir()) if self.opt_ml.is_dir() else []:
-            if entry == keep.parent:
-                for inner in entry.iterdir():
-                    if inner != keep:
+        if not is_real_dir(self.opt_ml):
+            _remove(self.opt_ml)
+            return
+        take_back(self.opt_ml)
+        for entry in list(self.opt_ml.iterdir()):
+            if entry == keep.parent and is_real_dir(entry):
+                take_back(entry)
+                for inner in list(entry.iterdir()):
+                    if inner != keep or not is_real_dir(inner):
                         _remove(inner)
                 continue
             _remove(entry)
@@ -167,7 +193,8 @@ class Layout:
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
+    # rmtree works by descriptor and never follows a link (a link is unlinked).
+    if is_real_dir(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
@@ -262,8 +289,8 @@ def script_name(value: str | None) -> str | None:
     return decoded if isinstance(decoded, str) else value
 
 
-def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
-    """The user process's environment: ours (PATH, HOME...), the job's, then the contract's."""
+def build_env(spec: JobSpec, layout: Layout, base: dict[str, str]) -> dict[str, str]:
+    """The user process's environment: `base` (PATH, HOME...), the job's, then the contract's."""
     hps = user_hyperparameters(spec)
     channels = channel_names(spec)
     program = script_name(spec.program) or ""
@@ -299,7 +326,9 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
         "resource_config": resource_config(spec),
         "user_entry_point": program,
     }
-    env = dict(os.environ)
+    # Nothing of the agent's own environment (the server's): the base a sandbox gives
+    # every process (PATH, HOME, LANG), then the job's Environment, then the contract.
+    env = dict(base)
     env.update(spec.environment)
     env.update(
         {
@@ -333,7 +362,8 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
             "SM_RESTART_COUNT": str(spec.attempt - 1),
             "SM_IS_RESTART": "true" if spec.attempt > 1 else "false",
             "PYTHONUNBUFFERED": "1",
-            "DOCKYARD_CONTAINER_ROOT": str(layout.root),
+            "TRAINING_JOB_NAME": spec.job_name,
+            "TRAINING_JOB_ARN": spec.job_arn,
         }
     )
     if layout.warm_pool_cache.is_dir():
@@ -345,77 +375,15 @@ def build_env(spec: JobSpec, layout: Layout) -> dict[str, str]:
     return env
 
 
-def mounts_opt_ml(spec: JobSpec) -> bool:
-    """Whether the job sees its tree at the real /opt/ml: in a private mount namespace,
-    where the host lets us make one (root, with unshare and mount); else under ROOT."""
-    if spec.mount_opt_ml is not None:
-        return spec.mount_opt_ml
-    return _can_mount()
-
-
-@functools.cache
-def _can_mount() -> bool:
-    # What the host allows does not change while an agent runs; PATH lookups add up.
-    return os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("mount"))
-
-
 def container_env(env: dict[str, str], layout: Layout) -> dict[str, str]:
-    """The environment as the job sees it when /opt/ml is mounted: paths under /opt/ml."""
+    """The environment as a sandboxed job sees it: its tree at /opt/ml."""
     inside = str(layout.opt_ml)
-    view = {
+    return {
         key: value.replace(inside, "/opt/ml")
         if key.startswith("SM_") or key == CACHE_VARIABLE
         else value
         for key, value in env.items()
     }
-    view["DOCKYARD_CONTAINER_ROOT"] = "/"
-    return view
-
-
-def build_command(spec: JobSpec, layout: Layout) -> list[str]:
-    """The job's command, in namespaces of its own where the job or the contract needs them.
-
-    `/opt/ml` is bind-mounted from the instance's tree in a private mount namespace (so
-    jobs side by side each see their own), and EnableNetworkIsolation adds a network
-    namespace with only loopback. Both need the privilege to create namespaces; a job
-    that asked for isolation fails to start without it rather than run with a network.
-    """
-    command = job_command(spec, layout)
-    # Found here, not by the shell that wraps it, so a missing program reads as such.
-    if (
-        shutil.which(command[0], path=os.environ.get("PATH")) is None
-        and not (layout.code_dir / command[0]).is_file()
-    ):
-        raise ValueError(f"cannot run {command[0]}: no such program")
-    return wrap_command(spec, layout, command)
-
-
-def wrap_command(spec: JobSpec, layout: Layout, command: list[str]) -> list[str]:
-    """`command` in the namespaces the job needs (see `build_command`)."""
-    flags: list[str] = []
-    steps: list[str] = []
-    if mounts_opt_ml(spec):
-        flags += ["--mount", "--propagation", "private"]
-        steps.append(f"mkdir -p /opt/ml && mount --bind {shlex.quote(str(layout.opt_ml))} /opt/ml")
-        # Every host of a job is this machine: algo-1..N resolve to loopback, so a job
-        # can rendezvous by host name as it would on SageMaker.
-        hosts = layout.root / "hosts"
-        try:
-            system = Path("/etc/hosts").read_text()
-        except OSError:
-            system = "127.0.0.1 localhost\n"
-        text = system.rstrip("\n") + "\n127.0.0.1 " + " ".join(spec.hosts) + "\n"
-        if not hosts.is_file() or hosts.read_text() != text:
-            hosts.write_text(text)
-        steps.append(f"mount --bind {shlex.quote(str(hosts))} /etc/hosts")
-    if spec.network_isolation:
-        flags.append("--net")
-        # A new network namespace starts with its loopback down.
-        steps.append("{ ip link set lo up 2>/dev/null || true; }")
-    if not flags:
-        return command
-    script = " && ".join([*steps, 'exec "$@"'])
-    return ["unshare", *flags, "--", "sh", "-c", script, "sh", *command]
 
 
 def job_command(spec: JobSpec, layout: Layout) -> list[str]:

@@ -37,12 +37,16 @@ class JobSpec:
     stop_grace_seconds: float = 30
     s3: dict[str, Any] = field(default_factory=dict)
     master_port: int = 7777
-    # EnableNetworkIsolation: the job runs in a network namespace of its own (loopback only).
+    # EnableNetworkIsolation: the job's network namespace has only loopback.
     network_isolation: bool = False
-    # See /opt/ml at its real path (a private mount namespace); None: wherever the host allows.
-    mount_opt_ml: bool | None = None
-    # Where uv keeps its cache, shared between instances so reinstalls are quick.
+    # The job's account's own uv cache, shared by its instances so reinstalls are quick
+    # (never another account's: a cache is code the next install runs).
     uv_cache_dir: str | None = None
+    job_arn: str = ""
+    account_id: str = ""
+    # How the instance is confined (see `Confinement`): {"mode": "bwrap" | "none",
+    # "uid": the account's sandbox user, "limits": {"memory_bytes", "cpus", "pids"}}.
+    sandbox: dict[str, Any] = field(default_factory=dict)
     # ResourceConfig.KeepAlivePeriodInSeconds: > 0 keeps the instance after the job (a
     # warm pool candidate): the agent waits for the next job or its release.
     keep_alive_seconds: int = 0
@@ -86,6 +90,16 @@ class JobSpec:
     def is_leader(self) -> bool:
         """The first host: the one that uploads the model and output, as on SageMaker."""
         return self.rank == 0
+
+    @property
+    def unconfined(self) -> bool:
+        """--unsafe-no-sandbox: the job runs as a plain process of the agent's."""
+        return self.sandbox.get("mode") == "none"
+
+    @property
+    def sandbox_uid(self) -> int | None:
+        uid = self.sandbox.get("uid")
+        return uid if isinstance(uid, int) and not isinstance(uid, bool) and uid > 0 else None
 
     @property
     def instance_type(self) -> str:

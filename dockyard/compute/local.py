@@ -3,11 +3,14 @@
 Agents run in their own sessions and talk to the control plane only through files in
 their root (`job.json` in, `state.json` and `logs/` out, `stop` to ask them to stop),
 so they outlive a server restart and a restarted server finds them by their roots.
+The agents run as root; the code they run does not (`agent_sandbox`): each account's
+instances run as a sandbox user of its own, which the backend gives out here.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -20,6 +23,13 @@ from typing import Any
 
 from dockyard.clock import monotonic
 from dockyard.compute.agent_env import Layout
+from dockyard.compute.sandbox_limits import remove_for
+from dockyard.compute.sandbox_network import sweep as sweep_networks
+
+# Sandbox users: far above any uid a distribution or a person hands out, below 2^31
+# (some tools still read uids as signed 32-bit numbers).
+SANDBOX_UID_BASE = 2_100_000_000
+SANDBOX_UID_COUNT = 40_000_000
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -39,7 +49,8 @@ def end_agents(data_dir: Path, grace: float = 5.0) -> None:
     stopped without this; it is for throwing a data dir away (tests, benchmarks).
     """
     running = set()
-    for pid_file in (Path(data_dir) / "instances").glob("*/*/agent.pid"):
+    instances = Path(data_dir) / "instances"
+    for pid_file in instances.glob("*/*/agent.pid"):
         try:
             pid = int(pid_file.read_text())
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -55,10 +66,24 @@ def end_agents(data_dir: Path, grace: float = 5.0) -> None:
                 pass
         give_up = monotonic() + grace
         while running and monotonic() < give_up:
-            running = {pid for pid in running if Path(f"/proc/{pid}").exists()}
+            running = {pid for pid in running if _is_agent(pid)}
             time.sleep(0.05)
         if not running:
-            return
+            break
+    # Agents killed outright never left their network or removed their cgroup.
+    for root in instances.glob("*/*/"):
+        remove_for(root)
+    sweep_networks(instances)
+
+
+def _is_agent(pid: int) -> bool:
+    try:
+        if b"dockyard.compute.agent" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False
+        # A zombie has exited: nothing of it runs any more.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _wake(home: Path) -> None:
@@ -80,9 +105,42 @@ def _wake(home: Path) -> None:
 class LocalBackend:
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir).resolve() / "instances"
+        self.uids = Path(data_dir).resolve() / "sandbox" / "uids"
         # Handles of agents this process started, so they are reaped rather than left
         # as zombies; agents from before a restart were reparented and need nothing.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        if self.root.is_dir():
+            sweep_networks(self.root)  # of agents that died while the server was down
+
+    def sandbox_uid(self, account_id: str) -> int:
+        """The account's sandbox user: the same for all its instances, never another's.
+
+        Given out in order and kept (a file per account), so a restart answers the same.
+        """
+        path = self.uids / (account_id or "-")
+        try:
+            return int(path.read_text())
+        except (FileNotFoundError, ValueError):
+            pass
+        self.uids.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.uids / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return int(path.read_text())
+            except (FileNotFoundError, ValueError):
+                pass
+            taken = len([p for p in self.uids.iterdir() if not p.name.startswith(".")])
+            if taken >= SANDBOX_UID_COUNT:
+                raise RuntimeError("every sandbox uid is taken")
+            uid = SANDBOX_UID_BASE + taken
+            _write_private(path, str(uid))
+            return uid
+
+    def _with_uid(self, spec: dict[str, Any]) -> dict[str, Any]:
+        sandbox = dict(spec.get("sandbox") or {})
+        if sandbox.get("mode", "bwrap") != "none":
+            sandbox["uid"] = self.sandbox_uid(str(spec.get("account_id", "")))
+        return {**spec, "sandbox": sandbox}
 
     def _root(self, job_key: str, host: str) -> Path:
         return self.root / job_key / host
@@ -97,9 +155,9 @@ class LocalBackend:
                 self._retire(root)  # a resumed job: fresh instances, same log stream
             elif (root / "agent.pid").exists() or str(root) in self._children:
                 continue  # launched already (e.g. before a restart): never twice
-            root.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
             (root / "attempt").write_text(str(attempt))
-            _write_private(root / "job.json", json.dumps(spec, indent=2))
+            _write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
             with open(root / "agent.log", "ab") as log:
                 self._children[str(root)] = subprocess.Popen(
                     [sys.executable, "-m", "dockyard.compute.agent", str(root)],
@@ -141,9 +199,9 @@ class LocalBackend:
             home = self._root(home_key, spec["host"])
             run = self._root(job_key, spec["host"])
             handles.append(str(run))
-            run.mkdir(parents=True, exist_ok=True)
+            run.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not (run / "job.json").exists():
-                _write_private(run / "job.json", json.dumps(spec, indent=2))
+                _write_private(run / "job.json", json.dumps(self._with_uid(spec), indent=2))
             if not (run / "agent.pid").exists():
                 # The same process: alive() and "never launch twice" read this file.
                 shutil.copyfile(home / "agent.pid", run / "agent.pid")

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from dockyard.clock import Clock, wall_now
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
+from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
@@ -53,6 +54,9 @@ class JobsReconciler:
         self.plans = plans
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
+        # What one instance of a type may use: its sandbox's limits (SPEC §4.8).
+        self.instance_types = instance_types.catalogue(settings.extra.get("instance_types"))
+        self.sandbox_mode = settings.sandbox
         # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
         self.s3: dict[str, Any] = (
             {
@@ -252,6 +256,15 @@ class JobsReconciler:
                 python,
             )
         port = _free_port()
+        kind = instance_types.describe(spec["ResourceConfig"]["InstanceType"], self.instance_types)
+        sandbox = {
+            "mode": self.sandbox_mode,
+            "limits": {
+                "memory_bytes": kind.memory_bytes,
+                "cpus": kind.vcpus,
+                "pids": kind.max_pids,
+            },
+        }
         return [
             {
                 "job_name": job.name,
@@ -281,7 +294,11 @@ class JobsReconciler:
                 "s3": self.s3,
                 "master_port": port,
                 "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
-                "uv_cache_dir": str(self.data_dir / "uv-cache"),
+                # The account's own: a cache is code that the next install runs.
+                "uv_cache_dir": str(self.data_dir / "uv-cache" / job.account_id),
+                "job_arn": job.arn,
+                "account_id": job.account_id,
+                "sandbox": sandbox,
                 "availability_zone": placement["az"],
                 "keep_alive_seconds": keep_alive_seconds(spec),
             }

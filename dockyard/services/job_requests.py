@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
+from dockyard.domain import job_paths
 from dockyard.domain import jobs as rules
 from dockyard.domain import warm_pools as warm_pool_rules
 from dockyard.domain.arns import training_job_arn
@@ -75,6 +76,9 @@ def _check_runnable(params: dict[str, Any]) -> None:
             raise ValidationException(f"{member} is required to run a training job")
     if not str(params["OutputDataConfig"].get("S3OutputPath", "")).startswith("s3://"):
         raise ValidationException("OutputDataConfig.S3OutputPath must be an s3:// URI")
+    problems = job_paths.request_problems(params)
+    if problems:
+        raise ValidationException("; ".join(problems))
     algorithm = params["AlgorithmSpecification"]
     hyper = params.get("HyperParameters", {})
     if not algorithm.get("ContainerEntrypoint") and not (

@@ -20,10 +20,11 @@ import pytest
 from dockyard.clock import monotonic
 from dockyard.compute.agent import JobSpec
 from dockyard.compute.agent_data import ClientError, stage_inputs
-from dockyard.compute.agent_env import Layout, build_command, build_env
+from dockyard.compute.agent_env import Layout, build_env, job_command
 from dockyard.compute.s3 import LocalS3
 
 REPO = Path(__file__).resolve().parents[2]
+SANDBOX_UID = 2_100_999_001
 
 
 class Instance:
@@ -64,6 +65,8 @@ class Instance:
             "stop_grace_seconds": 5,
             "s3": {"root": str(self.s3_root)},
             "master_port": 7777,
+            # The sandbox's user and limits, as the backend and the control plane give.
+            "sandbox": {"uid": SANDBOX_UID, "limits": {"memory_bytes": 2 * 1024**3, "pids": 512}},
             **overrides,
         }
         (self.root / "job.json").write_text(json.dumps(spec))
@@ -243,7 +246,7 @@ def test_script_mode_job_completes_and_uploads(instance: Instance) -> None:
     assert lines[5] == 'hps {"epochs": 3, "lr": 0.1, "name": "resnet"}'
     assert lines[6] == "hp_lr 0.1 foo bar"
     assert lines[7] == 'dist 0 2 127.0.0.1 7777 algo-1 ["algo-1", "algo-2"]'
-    assert lines[8] == f"cwd {opt_ml / 'code'}"
+    assert lines[8] == "cwd /opt/ml/code"  # the job sees its tree at the contract's path
 
     assert untar(instance.object("out/my-job/output/model.tar.gz")) == {"model.txt": b"weights"}
     assert untar(instance.object("out/my-job/output/output.tar.gz")) == {
@@ -317,24 +320,37 @@ def test_exit_code_without_failure_file(instance: Instance) -> None:
 
 SLEEPER = """
 import os, signal, subprocess, sys, time
-if len(sys.argv) > 1:
+if len(sys.argv) > 2:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-child = subprocess.Popen(["sleep", "60"])
+child = subprocess.Popen(["sleep", sys.argv[1]])
 print("ready", child.pid, flush=True)
 time.sleep(60)
 """
 
 
-def _start_sleeper(instance: Instance, *args: str, **overrides: Any) -> tuple[int, int]:
-    """Start a job that sleeps (with a grandchild); answer (job pid, grandchild pid)."""
-    instance.write_job(entrypoint=[*py(SLEEPER), *args], **overrides)
+def _running(marker: str) -> bool:
+    """Whether any process on this host has `marker` in its command line (a job's
+    processes have PIDs of their sandbox's own, so they are found by what they run)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes() and not _gone(int(entry.name)):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _start_sleeper(instance: Instance, *args: str, **overrides: Any) -> tuple[int, str]:
+    """Start a job that sleeps (with a grandchild); answer (agent's pid of the job, the
+    grandchild's unmistakable `sleep` argument)."""
+    marker = f"60.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    instance.write_job(entrypoint=[*py(SLEEPER), marker, *args], **overrides)
     instance.start()
-    ready = wait_for(
-        lambda: [line for line in instance.lines() if line.startswith("ready")], what="job"
-    )
+    wait_for(lambda: [line for line in instance.lines() if line.startswith("ready")], what="job")
     state = instance.state()
     assert state["phase"] == "training"
-    return int(state["pid"]), int(ready[0].split()[1])
+    assert _running(marker)
+    return int(state["pid"]), marker
 
 
 @pytest.mark.parametrize("how", ["stop-file", "sigterm"])
@@ -348,15 +364,15 @@ def test_stop(instance: Instance, how: str) -> None:
     state = instance.finish()
     assert state["phase"] == "stopped"
     assert state["stop_reason"] == "stop"
-    assert state["exit_code"] == -signal.SIGTERM
-    assert _gone(pid) and _gone(grandchild)
+    assert state["exit_code"] == 128 + signal.SIGTERM  # as a container's, the way AWS says it
+    assert _gone(pid) and not _running(grandchild)
 
 
 def test_stop_escalates_to_sigkill_after_the_grace(instance: Instance) -> None:
     pid, _ = _start_sleeper(instance, "ignore-sigterm", stop_grace_seconds=0.5)
     (instance.root / "stop").touch()
     state = instance.finish()
-    assert state["phase"] == "stopped" and state["exit_code"] == -signal.SIGKILL
+    assert state["phase"] == "stopped" and state["exit_code"] == 128 + signal.SIGKILL
     assert _gone(pid)
 
 
@@ -385,8 +401,7 @@ def test_checkpoints_are_restored_and_saved(instance: Instance) -> None:
         entrypoint=py(
             """
             import os
-            # /opt/ml/checkpoints, until instances get their own mount namespace.
-            d = os.environ["DOCKYARD_CONTAINER_ROOT"] + "/opt/ml/checkpoints"
+            d = "/opt/ml/checkpoints"
             print(sorted(os.listdir(d)), open(d + "/step1.pt").read())
             open(d + "/step2.pt", "w").write("two")
             os.makedirs(d + "/sub")
@@ -446,22 +461,19 @@ def test_job_spec_round_trip_and_commands(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
     py = sys.executable
     spec.entrypoint, spec.arguments, spec.python = ["python", "x.py"], ["--k", "v"], py
-    spec.mount_opt_ml = False
-    assert build_command(spec, layout) == [py, "x.py", "--k", "v"]
+    assert job_command(spec, layout) == [py, "x.py", "--k", "v"]
     spec.entrypoint, spec.program = None, "train.py"
-    assert build_command(spec, layout) == [py, "train.py", "-a", "1"]
-    spec.mount_opt_ml = True  # the contract's /opt/ml, in a private mount namespace
-    wrapped = build_command(spec, layout)
-    assert wrapped[:4] == ["unshare", "--mount", "--propagation", "private"]
-    assert wrapped[-4:] == [py, "train.py", "-a", "1"] and "mount --bind" in wrapped[7]
-    spec.mount_opt_ml = False
+    assert job_command(spec, layout) == [py, "train.py", "-a", "1"]
     spec.program = None
     with pytest.raises(ValueError, match="neither"):
-        build_command(spec, layout)
-    env = build_env(spec, layout)
+        job_command(spec, layout)
+    env = build_env(spec, layout, {"PATH": "/usr/bin", "SECRET": "from the base"})
     assert env["SM_HP_A"] == "1" and json.loads(env["SM_HPS"]) == {"a": 1}
     assert env["SM_NUM_GPUS"] == "0" and env["PYTHONUNBUFFERED"] == "1"
     assert json.loads(env["SM_TRAINING_ENV"])["job_name"] == "j"
+    assert env["TRAINING_JOB_NAME"] == "j"
+    # Nothing of the agent's own environment: only the base it was given.
+    assert env["SECRET"] == "from the base" and "HOME" not in env
 
 
 def test_stop_before_the_job_starts(instance: Instance) -> None:

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from tests.e2e.plan_helpers import search, set_clock, settle, tomorrow_at
 from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
 from tests.e2e.test_warm_pools import wait_warm
-from tests.harness import DockyardServer, run_cli
+from tests.harness import WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
 
 P5 = "ml.p5.48xlarge"
 
@@ -25,8 +25,7 @@ P5 = "ml.p5.48xlarge"
 # (and at SIGTERM's grace it simply dies: the last checkpoint is what survives).
 STEPPER = """
     import json, os, pathlib, time
-    root = pathlib.Path(os.environ.get("DOCKYARD_CONTAINER_ROOT", "/"))
-    checkpoints = root / "opt/ml/checkpoints"
+    checkpoints = pathlib.Path("/opt/ml/checkpoints")
     checkpoints.mkdir(parents=True, exist_ok=True)
     saved = checkpoints / "state.json"
     steps, every = int(os.environ["SM_HP_STEPS"]), int(os.environ["SM_HP_EVERY"])
@@ -257,17 +256,10 @@ def test_jobs_share_a_plan_first_come_first_served(manual_server: DockyardServer
     d0 = tomorrow_at(6)
     set_clock(server, d0)
     plan_arn = one_block_plan(server, d0, "shared")
-    gate = server.data_dir / "gate"
     first = stepper(server, "first", plan_arn, steps=5)
-    first["Environment"] = {"GATE": str(gate)}
     first["AlgorithmSpecification"] = {
         **first["AlgorithmSpecification"],
-        "ContainerEntrypoint": [
-            "python3",
-            "-c",
-            "import pathlib, time; print('up', flush=True); [time.sleep(0.05) for _ in "
-            f"iter(lambda: pathlib.Path({str(gate)!r}).exists(), True)]",
-        ],
+        "ContainerEntrypoint": ["python3", "-c", WAIT_FOR_GATE],
     }
     client.create_training_job(**first)
     second = stepper(server, "second", plan_arn, steps=5)
@@ -279,7 +271,7 @@ def test_jobs_share_a_plan_first_come_first_served(manual_server: DockyardServer
     assert (
         "0 of its instances are free" in second["SecondaryStatusTransitions"][-1]["StatusMessage"]
     )
-    gate.touch()
+    open_gate(server, "first")
     assert wait_for(client, "first", {"Completed"})
     assert (
         wait_for(client, "second", {"Completed", "Failed"}, timeout=120)["TrainingJobStatus"]

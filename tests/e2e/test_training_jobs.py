@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import textwrap
 import time
@@ -233,15 +234,20 @@ def test_jobs_dockyard_cannot_run_are_refused(server: DockyardServer) -> None:
 
 @pytest.mark.parametrize("isolated", [True, False])
 def test_network_isolation(server: DockyardServer, isolated: bool) -> None:
+    """Neither kind of job reaches the server's port; only a job without isolation has a
+    way out (a default route; test_requirements_are_installed_first uses it for PyPI)."""
     code = """
-        import os, socket
-        try:
-            socket.create_connection(("127.0.0.1", int(os.environ["SERVER_PORT"])), timeout=5)
-            print("reached the server", flush=True)
-            verdict = "reached"
-        except OSError as exc:
-            verdict = "isolated"
-        open(os.path.join(os.environ["SM_MODEL_DIR"], "verdict"), "w").write(verdict)
+        import json, os, socket, subprocess
+        verdicts = {}
+        for where in ("127.0.0.1", "10.0.2.2"):  # this host's loopback, slirp's gateway
+            try:
+                socket.create_connection((where, int(os.environ["SERVER_PORT"])), timeout=3)
+                verdicts[where] = "reached"
+            except OSError:
+                verdicts[where] = "refused"
+        routes = open("/proc/net/route").read().splitlines()[1:]
+        verdicts["default route"] = any(line.split()[1] == "00000000" for line in routes)
+        open(os.path.join(os.environ["SM_MODEL_DIR"], "verdict"), "w").write(json.dumps(verdicts))
     """
     name = f"isolation-{str(isolated).lower()}"
     client = server.client()
@@ -259,7 +265,11 @@ def test_network_isolation(server: DockyardServer, isolated: bool) -> None:
     with tarfile.open(s3_path(server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
         member = archive.extractfile("verdict")
         assert member is not None
-        assert member.read() == (b"isolated" if isolated else b"reached")
+        assert json.loads(member.read()) == {
+            "127.0.0.1": "refused",
+            "10.0.2.2": "refused",
+            "default route": not isolated,
+        }
 
 
 def test_requirements_are_installed_first(server: DockyardServer) -> None:

@@ -22,15 +22,16 @@ from botocore.exceptions import ClientError
 from tests.e2e.plan_helpers import settle
 from tests.e2e.test_service_quotas import aws, quota_codes
 from tests.e2e.test_training_jobs import job_request, script_job, wait_for
-from tests.harness import DockyardServer, run_cli
+from tests.harness import GATE, WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
 
 KEEP = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10}
 
-# Prints who ran it (the agent is the job's parent) and the pool's cache contents.
+# Prints which instance ran it (its /opt/ml is the instance's own directory, the same
+# inode for every job the instance runs) and the pool's cache contents.
 CODE = """
     import os, pathlib, time
     cache = pathlib.Path(os.environ["SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"])
-    print("agent", os.getppid(), flush=True)
+    print("instance", os.stat("/opt/ml").st_ino, flush=True)
     print("cache", cache, sorted(p.name for p in cache.iterdir()), flush=True)
     (cache / os.environ["NOTE"]).write_text("kept")
     gate = pathlib.Path(os.environ.get("GATE", "/nonexistent"))
@@ -118,9 +119,8 @@ def test_a_pool_is_kept_reused_chained_and_terminated(manual_server: DockyardSer
         ]
     ] == ["first"]
 
-    gate = server.data_dir / "gate"
     client.create_training_job(
-        **warm_job(server, "second", keep_alive=120, Environment={"GATE": str(gate)})
+        **warm_job(server, "second", keep_alive=120, Environment={"GATE": GATE})
     )
     deadline = time.monotonic() + 30
     while client.describe_training_job(TrainingJobName="second")["SecondaryStatus"] != "Training":
@@ -133,7 +133,7 @@ def test_a_pool_is_kept_reused_chained_and_terminated(manual_server: DockyardSer
         client.describe_training_job(TrainingJobName="first")["WarmPoolStatus"]["Status"]
         == "Reused"
     )
-    gate.touch()
+    open_gate(server, "second")
     second = wait_for(client, "second", {"Completed", "Failed", "Stopped"})
     assert second["TrainingJobStatus"] == "Completed", second.get("FailureReason")
     starting = [t for t in second["SecondaryStatusTransitions"] if t["Status"] == "Starting"]
@@ -145,10 +145,10 @@ def test_a_pool_is_kept_reused_chained_and_terminated(manual_server: DockyardSer
     assert first["WarmPoolStatus"]["ReusedByJob"] == "second"
     assert 300 <= first["WarmPoolStatus"]["ResourceRetainedBillableTimeInSeconds"] < 305
 
-    # Same agent, and the cache the first job wrote.
+    # Same instance, and the cache the first job wrote.
     out_first, out_second = job_output(server, "first"), job_output(server, "second")
-    agent = [line for line in out_first if line.startswith("agent")]
-    assert agent and agent == [line for line in out_second if line.startswith("agent")]
+    instance = [line for line in out_first if line.startswith("instance")]
+    assert instance and instance == [line for line in out_second if line.startswith("instance")]
     assert "'first.txt'" in next(line for line in out_second if line.startswith("cache"))
 
     second = wait_warm(client, "second", "Available", server)
@@ -368,18 +368,13 @@ def test_warm_pools_are_refused_where_they_cannot_be(
 def test_a_pool_lives_28_days_at_most(manual_server: DockyardServer) -> None:
     server = manual_server
     client = server.client()
-    flag = server.data_dir / "go"
-    code = (
-        "import pathlib, time; print('up', flush=True); "
-        f"[time.sleep(0.05) for _ in iter(lambda: pathlib.Path({str(flag)!r}).exists(), True)]"
-    )
-    client.create_training_job(**quick_job("long", 3600, code))
+    client.create_training_job(**quick_job("long", 3600, WAIT_FOR_GATE))
     deadline = time.monotonic() + 60
     while client.describe_training_job(TrainingJobName="long")["SecondaryStatus"] != "Training":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     advance(server, "27d23h50m")  # the job runs (on the server's clock) for almost 28 days
-    flag.touch()
+    open_gate(server, "long")
     wait_for(client, "long", {"Completed"})
     job = wait_warm(client, "long", "Available", server)
     advance(server, "9m")
@@ -410,8 +405,8 @@ def test_a_pool_survives_a_server_crash(manual_server: DockyardServer) -> None:
     assert after["TrainingJobStatus"] == "Completed", after.get("FailureReason")
     assert started_warm(after)
     lines = job_output(server, "before"), job_output(server, "after")
-    agents = [[line for line in out if line.startswith("agent")] for out in lines]
-    assert agents[0] and agents[0] == agents[1]
+    instances = [[line for line in out if line.startswith("instance")] for out in lines]
+    assert instances[0] and instances[0] == instances[1]
     assert "'before.txt'" in next(line for line in lines[1] if line.startswith("cache"))
 
 
@@ -442,8 +437,9 @@ def test_the_environment_is_reused_and_reinstalled_only_on_change(
         job = wait_for(client, name, {"Completed", "Failed"})
         assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
         wait_warm(client, name, "Available", server)
-        venv = cache_dir(server, "env-1").parent.parent.parent.parent / "venv"
-        current = (venv / ".dockyard-requirements").stat().st_mtime_ns
+        # The agent's record of what the instance's venv holds.
+        record = cache_dir(server, "env-1").parent.parent.parent.parent / "venv.json"
+        current = record.stat().st_mtime_ns
         if name == "env-1":
             assert run_state(server, name)["interpreter"] == "started"
         elif name == "env-2":

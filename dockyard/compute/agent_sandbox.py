@@ -1,0 +1,266 @@
+"""One instance's confinement, as its agent uses it: sandbox, network, limits.
+
+The agent makes it when its instance starts (joining the instances' network, making
+the instance's cgroup, writing its sandbox's files) and closes it when the instance
+ends. Everything that runs user code - a job, the install of its requirements, a
+parked interpreter - is started through it, in a fresh sandbox each time.
+
+Unconfined (`--unsafe-no-sandbox`, `JobSpec.unconfined`) the same calls run plain
+child processes of the agent, with the job's tree where it is on this host; nothing
+but the environment is kept from them, and EnableNetworkIsolation cannot be honoured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from dockyard.compute.agent_env import Layout, build_env, container_env
+from dockyard.compute.agent_files import hand_over
+from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.agent_zygote import BOOT, Zygote
+from dockyard.compute.sandbox import (
+    SYSTEM_PATH,
+    VENV,
+    Sandbox,
+    SandboxDirs,
+    SandboxError,
+    make_owned_dir,
+    unavailable,
+    unavailable_message,
+)
+from dockyard.compute.sandbox_limits import Cgroup, Limits
+from dockyard.compute.sandbox_network import HomeNetwork, NetworkError
+
+
+class ConfinementError(Exception):
+    """The instance cannot be confined; str() is an InternalServerError reason."""
+
+
+@dataclass
+class RunResult:
+    code: int
+    output: str
+
+
+class Confinement:
+    def __init__(
+        self,
+        layout: Layout,
+        sandbox: Sandbox | None,
+        network: HomeNetwork | None,
+        cgroup: Cgroup | None,
+        note: str | None = None,
+    ) -> None:
+        self.layout = layout
+        self.sandbox = sandbox
+        self.network = network
+        self.cgroup = cgroup
+        # Why the instance has no resource limits, when it has none (for the agent log).
+        self.note = note
+
+    @property
+    def uid(self) -> int | None:
+        return self.sandbox.uid if self.sandbox else None
+
+    # -- life -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, spec: JobSpec, layout: Layout) -> Confinement:
+        if spec.unconfined:
+            if spec.network_isolation:
+                raise ConfinementError(
+                    "InternalServerError: EnableNetworkIsolation needs the job sandbox, and "
+                    "this server runs jobs unconfined (--unsafe-no-sandbox)"
+                )
+            make_owned_dir(SandboxDirs(layout.root).home, os.getuid())
+            return cls(layout, None, None, None)
+        why = unavailable()
+        if why is not None:
+            raise ConfinementError(f"InternalServerError: {unavailable_message(why)}")
+        uid = spec.sandbox_uid
+        if uid is None:
+            raise ConfinementError("InternalServerError: job.json names no sandbox uid")
+        home = layout.root.parent
+        network = HomeNetwork(home, spec.network_isolation)
+        try:
+            netns = network.join(spec.host, os.getpid())
+        except NetworkError as exc:
+            raise ConfinementError(
+                f"InternalServerError: could not set up the job's network: {exc}"
+            ) from exc
+        limits = Limits.from_dict(spec.sandbox.get("limits"))
+        cgroup = Cgroup.create(layout.root, limits)
+        note = None
+        if cgroup is None and limits.any:
+            from dockyard.compute.sandbox_limits import unavailable as no_limits
+
+            note = f"the instance runs without resource limits: {no_limits()}"
+        sandbox = Sandbox(
+            root=layout.root,
+            uid=uid,
+            hostname=spec.host,
+            hosts=tuple(spec.hosts),
+            netns=netns,
+            cgroup=cgroup,
+            private=layout.root,
+        )
+        sandbox.write_files()
+        return cls(layout, sandbox, network, cgroup, note)
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.network is not None and self.sandbox is not None:
+            self.network.leave(self.sandbox.hostname)
+
+    # -- paths and environment ----------------------------------------------------------
+
+    def inside(self, path: str | Path) -> str:
+        return self.sandbox.inside(path) if self.sandbox else str(path)
+
+    def _venv(self) -> Path | None:
+        python = self.layout.venv / "bin" / "python"
+        return self.layout.venv if python.exists() or python.is_symlink() else None
+
+    def _installation(self, python: str) -> str:
+        """The interpreter whose installation a sandbox shows for `python` (as the
+        sandbox sees it): the venv's base, from the agent's own record of it - never
+        from the venv's pyvenv.cfg, which the job's install could have rewritten."""
+        if not python.startswith(VENV + "/"):
+            return python
+        try:
+            base = json.loads(self.layout.venv_marker.read_text())["base"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfinementError(
+                "InternalServerError: the instance's venv has no record of its interpreter"
+            ) from exc
+        return str(base)
+
+    def base_env(self, python: str) -> dict[str, str]:
+        if self.sandbox is not None:
+            return self.sandbox.environment(python, self._venv() is not None)
+        path = [str(Path(python).parent)] if Path(python).is_absolute() else []
+        return {
+            "PATH": ":".join([*path, SYSTEM_PATH]),
+            "HOME": str(SandboxDirs(self.layout.root).home),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "DOCKYARD_CONTAINER_ROOT": str(self.layout.root),
+        }
+
+    def job_env(self, spec: JobSpec) -> dict[str, str]:
+        env = build_env(spec, self.layout, self.base_env(self.inside(spec.python)))
+        return container_env(env, self.layout) if self.sandbox else env
+
+    def wipe_scratch(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.wipe_scratch()
+
+    def hand_over(self) -> None:
+        """The laid-out tree becomes the sandbox user's (its cache already is)."""
+        if self.sandbox is None:
+            return
+        cache = self.layout.warm_pool_cache
+        try:
+            owned = os.lstat(cache).st_uid == self.sandbox.uid
+        except OSError:
+            owned = False
+        hand_over(self.layout.opt_ml, self.sandbox.uid, skip=cache if owned else None)
+
+    def oom_kills(self) -> int:
+        return self.cgroup.oom_kills() if self.cgroup else 0
+
+    # -- starting user code -------------------------------------------------------------
+
+    def _command(
+        self,
+        argv: list[str],
+        python: str,
+        *,
+        install: bool = False,
+        uv_cache: Path | None = None,
+        info_fd: int | None = None,
+    ) -> list[str]:
+        if self.sandbox is None:
+            return argv
+        # An install may write the venv; a job sees it read-only.
+        venv = self.layout.venv if install else self._venv()
+        try:
+            return self.sandbox.command(
+                argv,
+                self._installation(python),
+                venv=venv,
+                venv_writable=install,
+                uv=_uv() if install else None,
+                uv_cache=uv_cache,
+                info_fd=info_fd,
+            )
+        except SandboxError as exc:
+            raise ConfinementError(f"InternalServerError: {exc}") from exc
+
+    def key(self, python: str) -> tuple[str, ...]:
+        """What a parked interpreter was started as: one that differs cannot run a job."""
+        return (python, *self._command([python, "-c", BOOT], python))
+
+    def park(self, python: str, *, install: bool = False, uv_cache: Path | None = None) -> Zygote:
+        """Start an interpreter (`python`, as the sandbox sees it) waiting for a job.
+
+        Its environment is the sandbox's fixed base (bwrap, nsenter and setpriv run as
+        root, so nothing a job chose may reach them); the job's comes with the job.
+        """
+        info = os.pipe() if self.sandbox is not None else None
+        try:
+            command = self._command(
+                [python, "-c", BOOT],
+                python,
+                install=install,
+                uv_cache=uv_cache,
+                info_fd=info[1] if info else None,
+            )
+        except ConfinementError:
+            if info:
+                os.close(info[0])
+                os.close(info[1])
+            raise
+        key = ("install",) if install else self.key(python)
+        return Zygote.start(key, command, self.base_env(python), info)
+
+    def run(
+        self,
+        argv: list[str],
+        python: str,
+        env: dict[str, str],
+        timeout: float,
+        *,
+        uv_cache: Path | None = None,
+    ) -> RunResult:
+        """Run a command to its end in a sandbox that may write the venv (installs)."""
+        zygote = self.park(python, install=True, uv_cache=uv_cache)
+        cwd = self.inside(self.layout.code_dir) if self.layout.code_dir.is_dir() else "/"
+        message = {"exec": True, "argv": argv, "env": env, "cwd": cwd, "failure_file": "/dev/null"}
+        process = zygote.activate(message)
+        if process is None or process.stdout is None:
+            zygote.end()
+            return RunResult(127, "the sandbox did not start")
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            zygote.end()
+            return RunResult(124, f"timed out after {timeout:.0f} seconds")
+        code = zygote.end()
+        return RunResult(code, output.decode(errors="replace"))
+
+
+def _uv() -> str:
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise ConfinementError("InternalServerError: uv is not installed beside dockyard")
+    return os.path.realpath(found)

@@ -1,0 +1,218 @@
+"""The network of a job's instances: one network namespace they share, and nothing else.
+
+SageMaker gives a job's instances a network of their own. Here every instance of a
+job (or of the warm pool that runs it) joins one network namespace, so `algo-1..N`
+meet on its loopback, and no other job - nor the server's port on the host's
+loopback - is reachable from it. A job with `EnableNetworkIsolation` gets just that
+(SPEC §4.7). Any other job also gets a way out: slirp4netns, the user-mode network
+stack rootless containers use, NATs its traffic to the outside world with the host's
+loopback switched off (`--disable-host-loopback`), so PyPI is reachable and
+127.0.0.1:8080 on the host is not.
+
+The namespace belongs to the instances' home directory and lives as long as one of
+its agents does: each agent joins at start and leaves when it shuts down, under a
+lock, and the last to leave removes it (`ip netns delete`, slirp4netns stopped).
+Agents that died without leaving are noticed by whoever takes the lock next, and
+`sweep` removes what no live agent holds (the backend runs it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import select
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+SLIRP_READY_SECONDS = 10.0
+AGENT_MODULE = b"dockyard.compute.agent"
+
+
+class NetworkError(Exception):
+    """The namespace could not be made; str() says why."""
+
+
+def _run(*args: str) -> None:
+    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
+    if result.returncode != 0:
+        raise NetworkError(f"{' '.join(args)} failed: {(result.stderr or result.stdout).strip()}")
+
+
+def _process_is(pid: int, marker: bytes) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+class HomeNetwork:
+    """The network namespace of one home (`<data-dir>/instances/<key>/`)."""
+
+    def __init__(self, home: Path, isolated: bool) -> None:
+        self.home = home
+        self.isolated = isolated
+        self.dir = home / "network"
+        digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
+        self.name = f"dockyard-{digest}"
+
+    @property
+    def path(self) -> str:
+        return str(NETNS_DIR / self.name)
+
+    @property
+    def _mode(self) -> str:
+        return "isolated" if self.isolated else "outbound"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.dir / "members").mkdir(mode=0o700, exist_ok=True)
+        with open(self.dir / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def join(self, member: str, pid: int) -> str:
+        """Add an instance's agent; answer the namespace's path (made if need be)."""
+        with self._locked():
+            self._prune()
+            if not self._up():
+                self._teardown()
+                self._create()
+            (self.dir / "members" / member).write_text(str(pid))
+        return self.path
+
+    def leave(self, member: str) -> None:
+        with self._locked():
+            (self.dir / "members" / member).unlink(missing_ok=True)
+            if not self._prune():
+                self._teardown()
+
+    def sweep(self) -> None:
+        """Remove the namespace if no live agent holds it."""
+        if not self.dir.is_dir():
+            return
+        with self._locked():
+            if not self._prune():
+                self._teardown()
+
+    def _prune(self) -> list[str]:
+        """Forget members whose agent is gone; answer those left."""
+        alive = []
+        for entry in (self.dir / "members").iterdir():
+            try:
+                pid = int(entry.read_text())
+            except (OSError, ValueError):
+                pid = 0
+            if pid and _process_is(pid, AGENT_MODULE):
+                alive.append(entry.name)
+            else:
+                entry.unlink(missing_ok=True)
+        return alive
+
+    def _slirp_pid(self) -> int | None:
+        try:
+            pid = int((self.dir / "slirp.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _process_is(pid, b"slirp4netns") else None
+
+    def _up(self) -> bool:
+        try:
+            mode = (self.dir / "mode").read_text()
+        except OSError:
+            return False
+        if mode != self._mode or not Path(self.path).exists():
+            return False
+        return self.isolated or self._slirp_pid() is not None
+
+    def _create(self) -> None:
+        _run("ip", "netns", "add", self.name)
+        try:
+            _run("ip", "-n", self.name, "link", "set", "lo", "up")
+            if not self.isolated:
+                self._start_slirp()
+        except NetworkError:
+            self._teardown()
+            raise
+        (self.dir / "mode").write_text(self._mode)
+
+    def _start_slirp(self) -> None:
+        ready_read, ready_write = os.pipe()
+        try:
+            with open(self.dir / "slirp.log", "ab") as log:
+                process = subprocess.Popen(
+                    [
+                        # A private mount namespace first: the sandbox slirp4netns makes
+                        # for itself remounts /run, and /run/netns propagates to the host.
+                        "unshare",
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "slirp4netns",
+                        "--configure",
+                        "--mtu=65520",
+                        "--disable-host-loopback",
+                        # It parses the jobs' packets: its own mount namespace, no
+                        # capabilities, and a syscall filter.
+                        "--enable-sandbox",
+                        "--enable-seccomp",
+                        f"--ready-fd={ready_write}",
+                        "--netns-type=path",
+                        self.path,
+                        "tap0",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(ready_write,),
+                    start_new_session=True,  # it outlives the agent that started it
+                    cwd="/",
+                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                )
+            os.close(ready_write)
+            ready_write = -1
+            readable, _, _ = select.select([ready_read], [], [], SLIRP_READY_SECONDS)
+            if not readable or os.read(ready_read, 1) != b"1":
+                process.kill()
+                process.wait()
+                raise NetworkError(
+                    "slirp4netns did not bring the job's network up: "
+                    + (self.dir / "slirp.log").read_text(errors="replace")[-500:]
+                )
+        finally:
+            os.close(ready_read)
+            if ready_write >= 0:
+                os.close(ready_write)
+        (self.dir / "slirp.pid").write_text(str(process.pid))
+
+    def _teardown(self) -> None:
+        pid = self._slirp_pid()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if Path(self.path).exists():
+            try:
+                _run("ip", "netns", "delete", self.name)
+            except NetworkError:
+                pass  # looked at again by the next sweep
+        for name in ("mode", "slirp.pid"):
+            (self.dir / name).unlink(missing_ok=True)
+
+
+def sweep(instances: Path) -> None:
+    """Every home under `<data-dir>/instances` whose agents are all gone loses its
+    network namespace (agents that were killed never left)."""
+    for network_dir in instances.glob("*/network"):
+        mode = network_dir / "mode"
+        isolated = mode.is_file() and mode.read_text() == "isolated"
+        HomeNetwork(network_dir.parent, isolated).sweep()
