@@ -184,11 +184,11 @@ def instance_root(server: DockyardServer, job_name: str, host: str = "algo-1") -
         if time.monotonic() > deadline:
             raise AssertionError(f"no instance runs {job_name}")
         time.sleep(0.05)
-    if (run / "sandbox").is_dir() or (run / "opt").is_dir():
-        return run
+    if (run / "attempt").is_file():
+        return run  # launched for this job (a warm pool's run directory has no attempt)
     agent = (run / "agent.pid").read_text()
     for home in instances.glob(f"*/{host}"):
-        if (home / "opt").is_dir() and (home / "agent.pid").read_text() == agent:
+        if (home / "attempt").is_file() and (home / "agent.pid").read_text() == agent:
             return home
     raise AssertionError(f"no warm pool instance runs {job_name}")
 

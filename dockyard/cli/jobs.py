@@ -31,6 +31,7 @@ from rich.table import Table
 from dockyard.cli.client import DEFAULT_REGION, Region, call, sagemaker
 from dockyard.cli.common import DEFAULT_DATA, DEFAULT_ENDPOINT, DataDir, EndpointUrl, console, fail
 from dockyard.clock import monotonic, wall_now
+from dockyard.domain.job_paths import sdk_string
 
 app = typer.Typer(help="Training jobs: run a script, follow it, read its logs, stop it.")
 
@@ -346,15 +347,6 @@ def _items(pages: Any, key: str) -> Iterator[dict[str, Any]]:
         raise fail(str(exc)) from exc
 
 
-def _hyperparameter(value: str) -> str:
-    """The SDK's JSON-encoded values shown plainly: '"train.py"' as train.py."""
-    try:
-        decoded = json.loads(value)
-    except ValueError:
-        return value
-    return decoded if isinstance(decoded, str) else value
-
-
 @app.command()
 def show(
     name: str = typer.Argument(help="The job's name."),
@@ -386,7 +378,7 @@ def show(
     if hyperparameters:
         console.print("  hyperparameters:")
         for key, value in sorted(hyperparameters.items()):
-            console.print(f"    {escape(key)} = {escape(_hyperparameter(value))}")
+            console.print(f"    {escape(key)} = {escape(sdk_string(value))}")
     table = Table("Status", "Start (UTC)", "End (UTC)", "Message")
     for transition in job.get("SecondaryStatusTransitions", []):
         table.add_row(

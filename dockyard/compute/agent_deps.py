@@ -24,7 +24,7 @@ from pathlib import Path
 from dockyard.compute.agent_data import ClientError
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_files import read_regular
-from dockyard.compute.agent_sandbox import Confinement
+from dockyard.compute.agent_sandbox import Confinement, uv_binary
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.sandbox import UV, UV_CACHE, VENV, make_owned_dir
 
@@ -74,16 +74,16 @@ def install_requirements(spec: JobSpec, layout: Layout, confinement: Confinement
     if marker.get("requirements") == wanted and (python.exists() or python.is_symlink()):
         return dataclasses.replace(spec, python=str(python))
     if marker.get("base") != spec.python or not (python.exists() or python.is_symlink()):
-        # Made for another interpreter, or never: a new one.
+        # Made for another interpreter, or never: a new one. (rmtree removes a tree by
+        # descriptor, never through a link the install may have left.)
         shutil.rmtree(venv, ignore_errors=True)
-        venv.unlink(missing_ok=True) if venv.is_symlink() else None
     layout.venv_marker.unlink(missing_ok=True)
     uid = confinement.uid
     if uid is not None:
         make_owned_dir(venv, uid)
     cache, shared = _uv_cache(spec, layout, confinement)
     inside_venv = VENV if confinement.sandbox else str(venv)
-    uv = UV if confinement.sandbox else _host_uv()
+    uv = UV if confinement.sandbox else uv_binary()
     env = {
         **confinement.base_env(spec.python),
         "UV_CACHE_DIR": cache,
@@ -132,9 +132,3 @@ def install_requirements(spec: JobSpec, layout: Layout, confinement: Confinement
     tmp.write_text(json.dumps({"requirements": wanted, "base": spec.python}))
     os.replace(tmp, layout.venv_marker)
     return dataclasses.replace(spec, python=str(python))
-
-
-def _host_uv() -> str:
-    from dockyard.compute.agent_sandbox import _uv
-
-    return _uv()

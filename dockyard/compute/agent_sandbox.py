@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from dockyard.compute.sandbox import (
     unavailable_message,
 )
 from dockyard.compute.sandbox_limits import Cgroup, Limits
+from dockyard.compute.sandbox_limits import unavailable as limits_unavailable
 from dockyard.compute.sandbox_network import HomeNetwork, NetworkError
 
 
@@ -61,6 +64,7 @@ class Confinement:
         self.cgroup = cgroup
         # Why the instance has no resource limits, when it has none (for the agent log).
         self.note = note
+        self._keys: dict[tuple[str, bool, str], tuple[str, ...]] = {}
 
     @property
     def uid(self) -> int | None:
@@ -92,23 +96,25 @@ class Confinement:
             raise ConfinementError(
                 f"InternalServerError: could not set up the job's network: {exc}"
             ) from exc
-        limits = Limits.from_dict(spec.sandbox.get("limits"))
-        cgroup = Cgroup.create(layout.root, limits)
-        note = None
-        if cgroup is None and limits.any:
-            from dockyard.compute.sandbox_limits import unavailable as no_limits
-
-            note = f"the instance runs without resource limits: {no_limits()}"
-        sandbox = Sandbox(
-            root=layout.root,
-            uid=uid,
-            hostname=spec.host,
-            hosts=tuple(spec.hosts),
-            netns=netns,
-            cgroup=cgroup,
-            private=layout.root,
-        )
-        sandbox.write_files()
+        try:
+            limits = Limits.from_dict(spec.sandbox.get("limits"))
+            cgroup = Cgroup.create(layout.root, limits)
+            note = None
+            if cgroup is None and limits.any:
+                note = f"the instance runs without resource limits: {limits_unavailable()}"
+            sandbox = Sandbox(
+                root=layout.root,
+                uid=uid,
+                hostname=spec.host,
+                hosts=tuple(spec.hosts),
+                netns=netns,
+                cgroup=cgroup,
+                private=layout.root,
+            )
+            sandbox.write_files()
+        except BaseException:
+            network.leave(spec.host)
+            raise
         return cls(layout, sandbox, network, cgroup, note)
 
     def close(self) -> None:
@@ -195,7 +201,7 @@ class Confinement:
                 self._installation(python),
                 venv=venv,
                 venv_writable=install,
-                uv=_uv() if install else None,
+                uv=uv_binary() if install else None,
                 uv_cache=uv_cache,
                 info_fd=info_fd,
             )
@@ -204,7 +210,19 @@ class Confinement:
 
     def key(self, python: str) -> tuple[str, ...]:
         """What a parked interpreter was started as: one that differs cannot run a job."""
-        return (python, *self._command([python, "-c", BOOT], python))
+        # Asked on every warm start: what it depends on is the interpreter and whether
+        # the venv exists (the rest of the sandbox is the instance's, fixed).
+        memo = (python, self._venv() is not None, self._installation_record())
+        found = self._keys.get(memo)
+        if found is None:
+            found = self._keys[memo] = (python, *self._command([python, "-c", BOOT], python))
+        return found
+
+    def _installation_record(self) -> str:
+        try:
+            return self.layout.venv_marker.read_text()
+        except OSError:
+            return ""
 
     def park(self, python: str, *, install: bool = False, uv_cache: Path | None = None) -> Zygote:
         """Start an interpreter (`python`, as the sandbox sees it) waiting for a job.
@@ -255,10 +273,8 @@ class Confinement:
         return RunResult(code, output.decode(errors="replace"))
 
 
-def _uv() -> str:
-    import shutil
-    import sys
-
+def uv_binary() -> str:
+    """The uv dockyard was installed with (beside its interpreter), else one on PATH."""
     beside = Path(sys.executable).parent / "uv"
     found = str(beside) if beside.exists() else shutil.which("uv")
     if not found:

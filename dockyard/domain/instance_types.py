@@ -93,7 +93,7 @@ CATALOGUE: dict[str, tuple[int, float, int]] = {
 
 # Memory per vCPU by family letter, for types the catalogue does not list.
 _FAMILY_GIB_PER_VCPU = {"c": 2, "m": 4, "t": 4, "r": 8, "x": 16, "z": 8}
-_SIZE = re.compile(r"(?:(\d+)x)?(large|xlarge|medium|small|micro|nano)")
+_SIZE = re.compile(r"(\d+)?(xlarge|large|medium|small|micro|nano)")
 _NAMED_SIZES = {"nano": 1, "micro": 1, "small": 1, "medium": 1, "large": 2, "xlarge": 4}
 
 

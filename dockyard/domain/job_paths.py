@@ -48,8 +48,9 @@ def s3_uri_problem(field: str, uri: str) -> str | None:
     return None
 
 
-def _decoded(value: str) -> str:
-    """sagemaker_* hyperparameters arrive JSON-quoted from the SageMaker SDK."""
+def sdk_string(value: str) -> str:
+    """A string hyperparameter as the SageMaker SDK sends it, JSON-quoted ('"train.py"'),
+    read back; any other value as it is."""
     try:
         decoded = json.loads(value)
     except ValueError:
@@ -91,7 +92,7 @@ def request_problems(params: dict[str, Any]) -> list[str]:
             problems.append(problem)
     hyper = params.get("HyperParameters") or {}
     if "sagemaker_submit_directory" in hyper:
-        submit = _decoded(str(hyper["sagemaker_submit_directory"]))
+        submit = sdk_string(str(hyper["sagemaker_submit_directory"]))
         problem = s3_uri_problem("HyperParameters.sagemaker_submit_directory", submit)
         if problem:
             problems.append(

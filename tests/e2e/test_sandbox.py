@@ -320,7 +320,7 @@ def test_killing_everything_it_can_see_ends_only_the_job_itself(box: DockyardSer
 def test_nothing_of_a_job_runs_after_it_ends(box: DockyardServer) -> None:
     marker = f"escapee-{os.getpid()}-{time.monotonic_ns()}"
     code = f"""
-        import os, subprocess, sys
+        import os, pathlib, subprocess, sys, time
         stubborn = "import signal, time; [signal.signal(s, signal.SIG_IGN) for s in " \\
             "(signal.SIGHUP, signal.SIGTERM)]; time.sleep(300)"
         # A daemon: double fork, a session of its own, deaf to hang-ups and SIGTERM.
@@ -331,15 +331,18 @@ def test_nothing_of_a_job_runs_after_it_ends(box: DockyardServer) -> None:
             os._exit(0)
         subprocess.Popen([sys.executable, "-c", stubborn, "{marker}"], start_new_session=True)
         print("left two behind", flush=True)
+        while not pathlib.Path("/opt/ml/input/go").exists():
+            time.sleep(0.05)
     """
     client = box.client()
     client.create_training_job(**job(box, "escapee", code))
     deadline = time.monotonic() + 60
-    while not _running(marker):  # they did start
+    while _running(marker) < 2:  # both are running
         assert time.monotonic() < deadline, "the escapees never ran"
         time.sleep(0.05)
+    open_gate(box, "escapee")
     done = finish(client, "escapee")
-    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
     deadline = time.monotonic() + 30
     while _running(marker):
         assert time.monotonic() < deadline, "a process of an ended job is still running"
@@ -569,15 +572,19 @@ def test_a_job_has_its_types_process_limit(box: DockyardServer) -> None:
 
 
 def test_the_data_dir_is_the_servers_alone(box: DockyardServer) -> None:
+    done = run(box, "private", "print('a line for the log')", HyperParameters={"lr": "0.1"})
+    assert done["TrainingJobStatus"] == "Completed", why(done)
     assert os.stat(box.data_dir).st_mode & 0o777 == 0o700
     for name in ("dockyard.db", "master.key", "operator.key", "credentials"):
         assert os.stat(box.data_dir / name).st_mode & 0o777 == 0o600, name
+    instance = next(box.data_dir.glob("instances/*-private/algo-1"))
     files = [
         box.data_dir / "dockyard.db",
-        *box.data_dir.glob("instances/*/algo-1/logs/output.jsonl"),
-        *box.data_dir.glob("instances/*/algo-1/opt/ml/input/config/hyperparameters.json"),
+        box.data_dir / "master.key",
+        instance / "job.json",
+        instance / "logs" / "output.jsonl",
+        instance / "opt" / "ml" / "input" / "config" / "hyperparameters.json",
     ]
-    assert len(files) > 2
     for path in files:
         # Another local user (nobody) reads none of it.
         result = subprocess.run(
@@ -623,16 +630,17 @@ def test_a_normal_job_still_completes_reuses_its_pool_and_writes_its_model(
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _running(marker: str) -> bool:
+def _running(marker: str) -> int:
+    """How many processes on this host have `marker` in their command line."""
+    found = 0
     for entry in Path("/proc").iterdir():
         try:
             if marker.encode() in (entry / "cmdline").read_bytes():
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    return True
+                found += state != "Z"
         except (OSError, IndexError):
             continue
-    return False
+    return found
 
 
 def _pids_in_sandbox_of(home: Path) -> list[int]:

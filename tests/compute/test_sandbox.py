@@ -1,0 +1,192 @@
+"""The sandbox's parts, in process: reading a hostile tree, handing it over, the bwrap
+command, the refusals, the sandbox users. The attacks themselves run from real jobs in
+tests/e2e/test_sandbox.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dockyard.compute import agent_sandbox
+from dockyard.compute.agent_env import Layout
+from dockyard.compute.agent_files import hand_over, read_regular, regular_files, walk
+from dockyard.compute.agent_sandbox import Confinement, ConfinementError
+from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.local import SANDBOX_UID_BASE, LocalBackend
+from dockyard.compute.sandbox import Sandbox, SandboxError, interpreter_dirs
+from dockyard.compute.sandbox_limits import Limits
+
+UID = 2_100_999_101
+
+
+@pytest.fixture
+def host_secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "host" / "master.key"
+    secret.parent.mkdir()
+    secret.write_text("the host's secret")
+    return secret
+
+
+def test_read_regular_reads_files_only(tmp_path: Path, host_secret: Path) -> None:
+    base = tmp_path / "opt-ml"
+    (base / "output").mkdir(parents=True)
+    (base / "output" / "failure").write_text("bad things")
+    assert read_regular(base, base / "output" / "failure", 100) == b"bad things"
+    assert read_regular(base, base / "output" / "failure", 3) == b"bad"
+    (base / "output" / "failure").unlink()
+    (base / "output" / "failure").symlink_to(host_secret)
+    assert read_regular(base, base / "output" / "failure", 100) is None
+    # A link on the way there is refused too.
+    (base / "elsewhere").symlink_to(host_secret.parent)
+    assert read_regular(base, base / "elsewhere" / "master.key", 100) is None
+    # A FIFO would block a plain read forever.
+    (base / "output" / "failure").unlink()
+    os.mkfifo(base / "output" / "failure")
+    done = threading.Event()
+
+    def read() -> None:
+        assert read_regular(base, base / "output" / "failure", 100) is None
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(10)
+    assert read_regular(base, base / "missing", 10) is None
+
+
+def test_walks_never_follow_links(tmp_path: Path, host_secret: Path) -> None:
+    base = tmp_path / "opt-ml"
+    model = base / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "weights").write_text("w")
+    (model / "key").symlink_to(host_secret)
+    (model / "host").symlink_to(host_secret.parent)
+    names = sorted(p.relative_to(model).as_posix() for p, _ in walk(base, model))
+    assert names == ["host", "key", "sub", "sub/weights"]
+    assert [p.name for p in regular_files(base, model)] == ["weights"]
+    # A directory swapped for a link is walked as nothing.
+    (base / "checkpoints").symlink_to(host_secret.parent)
+    assert list(walk(base, base / "checkpoints")) == []
+    assert list(walk(base, base / "checkpoints" / "deeper")) == []
+
+
+def test_hand_over_changes_the_tree_and_never_a_links_target(
+    tmp_path: Path, host_secret: Path
+) -> None:
+    tree = tmp_path / "opt-ml"
+    (tree / "input" / "data").mkdir(parents=True)
+    (tree / "input" / "data" / "x.csv").write_text("1")
+    (tree / "link").symlink_to(host_secret)
+    (tree / "dirlink").symlink_to(host_secret.parent)
+    cache = tree / "cache"
+    cache.mkdir()
+    (cache / "theirs").write_text("already the user's")
+    os.chown(cache / "theirs", 12345, 12345)
+    hand_over(tree, UID, skip=cache)
+    for path in (tree, tree / "input", tree / "input" / "data", tree / "input" / "data" / "x.csv"):
+        assert os.lstat(path).st_uid == UID, path
+    assert os.lstat(tree / "link").st_uid == UID  # the link itself
+    assert os.stat(host_secret).st_uid == 0 and os.stat(host_secret.parent).st_uid == 0
+    assert os.lstat(cache / "theirs").st_uid == 12345  # skipped
+
+
+def test_emptying_a_tree_for_the_next_job_removes_links_as_links(
+    tmp_path: Path, host_secret: Path
+) -> None:
+    layout = Layout(tmp_path / "instance")
+    spec = JobSpec(job_name="j", keep_alive_seconds=60)
+    layout.make_dirs(spec)
+    (layout.warm_pool_cache / "kept").write_text("cache")
+    # The last job swapped the cache's parent for a link to a host directory.
+    sagemaker = layout.opt_ml / "sagemaker"
+    (sagemaker / "warmpoolcache").rename(tmp_path / "cache-moved")
+    sagemaker.rmdir()
+    sagemaker.symlink_to(host_secret.parent)
+    (layout.model_dir / "key").symlink_to(host_secret)
+    layout.reset_for_next_job()
+    assert host_secret.read_text() == "the host's secret"
+    assert not sagemaker.exists() and not sagemaker.is_symlink()
+    assert sorted(p.name for p in layout.opt_ml.iterdir()) == []
+
+
+def test_checkpoints_stay_under_opt_ml(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    assert layout.checkpoint_dir(JobSpec(job_name="j")) == tmp_path / "opt/ml/checkpoints"
+    for bad in ("/opt/ml/../../etc", "/data", "/opt/ml", "relative/path"):
+        with pytest.raises(ValueError, match="LocalPath"):
+            layout.checkpoint_dir(JobSpec(job_name="j", checkpoint_local_path=bad))
+
+
+def _sandbox(tmp_path: Path, **kw: object) -> Sandbox:
+    root = tmp_path / "instances" / "key" / "algo-1"
+    root.mkdir(parents=True)
+    return Sandbox(root=root, uid=UID, hostname="algo-1", hosts=("algo-1",), private=root, **kw)  # type: ignore[arg-type]
+
+
+def test_the_command_binds_the_tree_and_drops_to_the_sandbox_user(tmp_path: Path) -> None:
+    sandbox = _sandbox(tmp_path)
+    command = sandbox.command(["python3", "-c", "pass"], sys.executable)
+    assert command[0].endswith("/bwrap") and "--unshare-pid" in command
+    assert "--unshare-net" in command  # no shared namespace given: loopback only
+    pairs = list(zip(command, command[1:], command[2:], strict=False))
+    assert ("--bind", str(sandbox.root / "opt" / "ml"), "/opt/ml") in pairs
+    for directory in interpreter_dirs(sys.executable):
+        assert ("--ro-bind", directory, directory) in pairs
+    tail = command[command.index("--", command.index("--cap-add")) :]
+    assert tail[1].endswith("/setpriv") and f"--reuid={UID}" in tail
+    assert "--bounding-set=-all" in tail and "--no-new-privs" in tail
+    assert tail[-3:] == ["python3", "-c", "pass"]
+    # Nothing of the data dir (above the instance root) is bound anywhere.
+    sources = {command[i + 1] for i, arg in enumerate(command) if arg.endswith("bind")}
+    assert not any(str(tmp_path / "instances").startswith(s) for s in sources if s != "/")
+
+
+def test_interpreters_that_cannot_be_shown_are_refused(tmp_path: Path) -> None:
+    sandbox = _sandbox(tmp_path)
+    with pytest.raises(SandboxError, match="own"):
+        sandbox.command(["x"], str(tmp_path / "python-in-tmp"))
+    # One installed in the data dir would show the data dir.
+    venv = sandbox.root.parent.parent / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    (venv.parent / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    inside_data = Sandbox(
+        root=sandbox.root, uid=UID, hostname="algo-1", hosts=("algo-1",), private=sandbox.root
+    )
+    with pytest.raises(SandboxError):
+        inside_data.command(["x"], str(venv / "python"))
+
+
+def test_without_the_sandbox_jobs_fail_saying_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_sandbox, "unavailable", lambda: "bwrap is missing")
+    spec = JobSpec(job_name="j", sandbox={"uid": UID})
+    with pytest.raises(ConfinementError) as error:
+        Confinement.open(spec, Layout(tmp_path / "key" / "algo-1"))
+    message = str(error.value)
+    assert message.startswith("InternalServerError: bwrap is missing")
+    assert "apt-get install bubblewrap" in message and "--unsafe-no-sandbox" in message
+    unconfined = JobSpec(job_name="j", sandbox={"mode": "none"}, network_isolation=True)
+    with pytest.raises(ConfinementError, match="EnableNetworkIsolation needs the job sandbox"):
+        Confinement.open(unconfined, Layout(tmp_path / "key" / "algo-1"))
+
+
+def test_each_account_has_a_sandbox_user_of_its_own(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path)
+    first, second = backend.sandbox_uid("111111111111"), backend.sandbox_uid("222222222222")
+    assert first >= SANDBOX_UID_BASE and first != second
+    assert LocalBackend(tmp_path).sandbox_uid("111111111111") == first  # kept
+    spec = backend._with_uid({"account_id": "222222222222", "sandbox": {"mode": "bwrap"}})
+    assert spec["sandbox"]["uid"] == second
+    assert "uid" not in backend._with_uid({"sandbox": {"mode": "none"}})["sandbox"]
+    assert json.loads(json.dumps(spec)) == spec
+
+
+def test_limits_come_from_the_spec() -> None:
+    assert Limits.from_dict({"memory_bytes": 1024, "cpus": 2, "pids": 0}) == Limits(1024, 2, None)
+    assert not Limits.from_dict(None).any
