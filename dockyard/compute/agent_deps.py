@@ -48,7 +48,7 @@ def _uv_cache(spec: JobSpec, layout: Layout, confinement: Confinement) -> tuple[
             return str(shared), None
         make_owned_dir(shared, confinement.sandbox.uid)
         return UV_CACHE, shared
-    return confinement.inside(layout.root / "sandbox" / "tmp" / "uv-cache"), None
+    return "/tmp/uv-cache", None  # for this install only
 
 
 def _marker(layout: Layout) -> dict[str, str]:

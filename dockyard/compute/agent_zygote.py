@@ -147,6 +147,10 @@ class Zygote:
                 start_new_session=True,  # its own process group, as a job's process has
                 pass_fds=(info_fd[1],) if info_fd else (),
             )
+        except BaseException:
+            if info_fd:
+                os.close(info_fd[0])
+            raise
         finally:
             if info_fd:
                 os.close(info_fd[1])

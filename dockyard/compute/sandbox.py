@@ -6,8 +6,9 @@ sandbox made with bubblewrap (`bwrap`), the tool Flatpak builds its sandboxes wi
 
 - a mount namespace whose root is an empty tmpfs holding only a read-only system
   (`/usr` and its links, a short list of `/etc` files, the job's interpreter), the
-  instance's own `/opt/ml`, its venv (read-only while the job runs), a `/tmp` and a
-  home of its own, and generated `/etc/{hosts,passwd,group,resolv.conf}`; no data dir,
+  instance's own `/opt/ml`, its venv (read-only while the job runs), a `/tmp` (a new
+  tmpfs each time) and a home of its own, and generated `/etc/{hosts,passwd,group,
+  resolv.conf}`; no data dir,
   no other instance, no server file;
 - its own PID, IPC and UTS namespaces (host name `algo-N`): it sees and signals only
   its own processes, and when its first process ends the kernel ends the rest;
@@ -159,10 +160,6 @@ class SandboxDirs:
         return self.base / "etc"
 
     @property
-    def tmp(self) -> Path:
-        return self.base / "tmp"
-
-    @property
     def home(self) -> Path:
         return self.base / "home"
 
@@ -188,7 +185,7 @@ class Sandbox:
     # -- the files it sees --------------------------------------------------------------
 
     def write_files(self) -> None:
-        """/etc files of its own, and empty /tmp and home owned by its user."""
+        """/etc files of its own, and an empty home owned by its user."""
         dirs = self.dirs
         for directory in (dirs.base, dirs.etc):
             directory.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -220,14 +217,12 @@ class Sandbox:
                 tmp.write_text(text)
                 os.chmod(tmp, 0o644)
                 os.replace(tmp, path)
-        for directory in (dirs.tmp, dirs.home):
-            make_owned_dir(directory, uid)
+        make_owned_dir(dirs.home, uid)
 
     def wipe_scratch(self) -> None:
-        """A fresh /tmp and home for the next job on this instance."""
-        for directory in (self.dirs.tmp, self.dirs.home):
-            shutil.rmtree(directory, ignore_errors=True)
-            make_owned_dir(directory, self.uid)
+        """A fresh home for the next job on this instance (its /tmp is new each time)."""
+        shutil.rmtree(self.dirs.home, ignore_errors=True)
+        make_owned_dir(self.dirs.home, self.uid)
 
     def inside(self, host_path: str | Path) -> str:
         """A host path of this instance as the sandbox sees it."""
@@ -272,17 +267,20 @@ class Sandbox:
         if self.netns is None:
             args.append("--unshare-net")
         args += _system_binds()
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        # /tmp is a file system of each sandbox's own, new and empty: no process of the
+        # job can have touched it while bwrap, as root, makes mount points in it (an
+        # interpreter may live under /tmp, as a checkout's venv does).
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]
         for directory in interpreter_dirs(python):
             self._check_bindable(Path(directory), python)
             args += _parents(directory) + ["--ro-bind", directory, directory]
         args += _interpreter_file(python)
         dirs = self.dirs
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
         args += ["--perms", "0755", "--dir", "/opt"]
         args += ["--bind", str(self.root / "opt" / "ml"), OPT_ML]
         if venv is not None:
             args += ["--bind" if venv_writable else "--ro-bind", str(venv), VENV]
-        args += ["--bind", str(dirs.tmp), "/tmp"]
         args += ["--perms", "0755", "--dir", "/home", "--bind", str(dirs.home), HOME]
         for name in _GENERATED_ETC:
             args += ["--ro-bind", str(dirs.etc / name), f"/etc/{name}"]
@@ -383,9 +381,9 @@ def _parents(directory: str) -> list[str]:
     return args
 
 
-# Directories each sandbox has of its own (and the job may write): nothing of the host
-# can be shown inside them, nor may bwrap, as root, make a mount point in one.
-_PRIVATE = ("/tmp", OPT_ML, VENV, HOME, "/proc", "/dev")
+# Directories bound from the instance's own, which the job may write: nothing of the
+# host can be shown inside them, nor may bwrap, as root, make a mount point in one.
+_PRIVATE = (OPT_ML, VENV, HOME, "/proc", "/dev")
 
 
 def _interpreter_file(python: str) -> list[str]:

@@ -148,17 +148,22 @@ def test_the_command_binds_the_tree_and_drops_to_the_sandbox_user(tmp_path: Path
 def test_interpreters_that_cannot_be_shown_are_refused(tmp_path: Path) -> None:
     sandbox = _sandbox(tmp_path)
     with pytest.raises(SandboxError, match="own"):
-        sandbox.command(["x"], str(tmp_path / "python-in-tmp"))
-    # One installed in the data dir would show the data dir.
-    venv = sandbox.root.parent.parent / ".venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "python").symlink_to(sys.executable)
-    (venv.parent / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    inside_data = Sandbox(
-        root=sandbox.root, uid=UID, hostname="algo-1", hosts=("algo-1",), private=sandbox.root
-    )
-    with pytest.raises(SandboxError):
-        inside_data.command(["x"], str(venv / "python"))
+        sandbox.command(["x"], "/opt/ml/code/python")
+    # Under /tmp is fine: each sandbox's /tmp is a new file system, bound into after.
+    link = tmp_path / "python-in-tmp"
+    link.symlink_to(sys.executable)
+    command = sandbox.command(["x"], str(link))
+    assert command.index("/tmp") < command.index(str(link))
+    # One whose installation holds the data dir would show the data dir.
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    root = env / "data" / "instances" / "key" / "algo-1"
+    root.mkdir(parents=True)
+    inside_data = Sandbox(root=root, uid=UID, hostname="algo-1", hosts=("algo-1",), private=root)
+    with pytest.raises(SandboxError, match="data dir"):
+        inside_data.command(["x"], str(env / "bin" / "python"))
 
 
 def test_without_the_sandbox_jobs_fail_saying_how_to_get_it(

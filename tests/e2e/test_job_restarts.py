@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,9 +124,7 @@ def test_training_instance_quota(tmp_path: Path) -> None:
 
 
 def test_training_image_selects_the_interpreter_and_jobs_can_be_deleted(tmp_path: Path) -> None:
-    # Not under /tmp: each sandbox has a /tmp of its own, so nothing of the host's is there.
-    images = Path(tempfile.mkdtemp(prefix="dockyard-test-image-", dir="/var/tmp"))
-    interpreter = images / "python-for-my-image"
+    interpreter = tmp_path / "python-for-my-image"
     interpreter.symlink_to(sys.executable)
     config = tmp_path / "dockyard.toml"
     config.write_text(f'[images]\n"my-image:1" = "{interpreter}"\n')
@@ -164,4 +160,3 @@ def test_training_image_selects_the_interpreter_and_jobs_can_be_deleted(tmp_path
             client.delete_training_job(TrainingJobName="imaged")
     finally:
         server.stop()
-        shutil.rmtree(images, ignore_errors=True)

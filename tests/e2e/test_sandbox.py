@@ -180,6 +180,9 @@ def test_a_job_is_an_unprivileged_user_alone_in_its_sandbox(box: DockyardServer)
         REPORT["no_new_privs"] = status["NoNewPrivs"].strip()
         REPORT["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
         REPORT["hostname"] = socket.gethostname()
+        import getpass, pwd
+        REPORT["user"] = [getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir]
+        REPORT["algo-1"] = socket.gethostbyname("algo-1")
         REPORT["root"] = sorted(os.listdir("/"))
         REPORT["env"] = sorted(os.environ)
         attempt("setuid root", lambda: os.setuid(0))
@@ -196,6 +199,7 @@ def test_a_job_is_an_unprivileged_user_alone_in_its_sandbox(box: DockyardServer)
     # Its own PID namespace: its init, itself and what it started - nothing of the host.
     assert max(got["processes"]) < 10, got["processes"]
     assert got["hostname"] == "algo-1"
+    assert got["user"] == ["sagemaker", "/home/sagemaker"] and got["algo-1"] == "127.0.0.1"
     # Its root holds the system, its tree and its interpreter's installation - no more.
     system = {"bin", "dev", "etc", "home", "lib", "lib64", "opt", "proc", "sbin", "sys", "tmp"}
     interpreter = {Path(d).parts[1] for d in interpreter_dirs(sys.executable)}
