@@ -8,8 +8,7 @@ sandbox made with bubblewrap (`bwrap`), the tool Flatpak builds its sandboxes wi
   (`/usr` and its links, a short list of `/etc` files, the job's interpreter), the
   instance's own `/opt/ml`, its venv (read-only while the job runs), a `/tmp` (a new
   tmpfs each time) and a home of its own, and generated `/etc/{hosts,passwd,group,
-  resolv.conf}`; no data dir,
-  no other instance, no server file;
+  resolv.conf}`; no data dir, no other instance, no server file;
 - its own PID, IPC and UTS namespaces (host name `algo-N`): it sees and signals only
   its own processes, and when its first process ends the kernel ends the rest;
 - the network namespace of its instances (`sandbox_network`), or one with only
@@ -28,9 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
-import shlex
 import shutil
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,10 +52,9 @@ UV = "/opt/dockyard/bin/uv"
 UV_CACHE = "/opt/dockyard/uv-cache"
 USER = "sagemaker"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The environment of everything that runs as root on the way in, and of the parked
-# interpreter until a job arrives: fixed, so no job-controlled variable (LD_PRELOAD,
-# PATH...) ever reaches a privileged process.
-HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+# Where the tools that run as root on the way in are found: never a PATH a job has a
+# say in (their environment is `Sandbox.environment`, fixed, nothing of the job's).
+TOOLS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Top-level system directories, bound read-only (or re-created as the links they are).
 _SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -350,7 +346,7 @@ def make_owned_dir(path: Path, uid: int) -> None:
 def tool(name: str) -> str:
     """A sandbox tool's absolute path: what root runs is never looked up in a PATH a job
     could have a say in."""
-    found = shutil.which(name, path=HOST_ENV["PATH"])
+    found = shutil.which(name, path=TOOLS_PATH)
     if found is None:
         raise SandboxError(unavailable_message(f"{name} ({TOOLS[name]}) is not installed"))
     return found
@@ -419,7 +415,3 @@ def _system_binds() -> tuple[str, ...]:
             args += ["--ro-bind", str(path), str(path)]
     return tuple(args)
 
-
-def describe(args: Iterable[str]) -> str:
-    """An argv as a shell would read it, for logs and error messages."""
-    return " ".join(shlex.quote(a) for a in args)
