@@ -76,3 +76,7 @@ DEFAULT_TRAINING_INSTANCE_QUOTA = 64
 DEFAULT_WARM_POOL_INSTANCE_QUOTA = 0
 # The development account's warm-pool quota per type, so `make run` can try warm pools at once.
 DEVELOPMENT_WARM_POOL_INSTANCES = 4
+
+# The bucket a new server has for jobs' code and output (the SageMaker SDK's default
+# bucket plays this part on AWS); the README's examples and `dockyard jobs run` use it.
+DEFAULT_BUCKET = "dockyard-jobs"

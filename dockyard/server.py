@@ -22,6 +22,7 @@ from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
 from dockyard.control.pools import PoolsReconciler
+from dockyard.defaults import DEFAULT_BUCKET
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
@@ -89,6 +90,9 @@ def build(settings: Settings) -> Server:
     db = open_database(settings)
     protect_from_oom_killer()
     report_sandbox(settings)
+    if not settings.s3_endpoint_url:
+        # A new server has its jobs' bucket, so the README's examples run as written.
+        (Path(settings.data_dir) / "s3" / DEFAULT_BUCKET).mkdir(parents=True, exist_ok=True)
     clock = make_clock(settings.clock)
     if isinstance(clock, ManualClock):
         # Resume where the manual clock had got to; it never goes back.

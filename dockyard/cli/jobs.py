@@ -31,11 +31,12 @@ from rich.table import Table
 from dockyard.cli.client import DEFAULT_REGION, Region, call, sagemaker
 from dockyard.cli.common import DEFAULT_DATA, DEFAULT_ENDPOINT, DataDir, EndpointUrl, console, fail
 from dockyard.clock import monotonic, wall_now
+from dockyard.defaults import DEFAULT_BUCKET
 from dockyard.domain.job_paths import sdk_string
 
 app = typer.Typer(help="Training jobs: run a script, follow it, read its logs, stop it.")
 
-JOBS_BUCKET = "dockyard-jobs"
+JOBS_BUCKET = DEFAULT_BUCKET
 DEFAULT_OUTPUT = f"s3://{JOBS_BUCKET}/output"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})

@@ -414,4 +414,3 @@ def _system_binds() -> tuple[str, ...]:
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
     return tuple(args)
-

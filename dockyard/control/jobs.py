@@ -8,6 +8,7 @@ killed at any point picks the job up where its rows and its agents' files say it
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import sys
 from datetime import datetime, timedelta
@@ -394,13 +395,15 @@ class JobsReconciler:
         count = int(job.spec["ResourceConfig"]["InstanceCount"])
         if job.training_start_time is None:
             return
-        seconds = max(0, int((end - job.training_start_time).total_seconds()))
+        # BillableTimeInSeconds is per instance, as AWS defines it (the SDK multiplies by
+        # the instance count itself), and a started second counts.
+        seconds = max(0, math.ceil((end - job.training_start_time).total_seconds()))
         if job.training_plan_arn:
             # Time actually run, over every attempt; the plan's capacity is paid already.
             earlier = float(job.runtime.get("used_seconds", 0))
-            job.billable_seconds = int(earlier + _run_seconds(states or [])) * count
+            job.billable_seconds = math.ceil(earlier + _run_seconds(states or []))
             return
-        job.billable_seconds = seconds * count
+        job.billable_seconds = seconds
         price = self.plans.prices.get(job.spec["ResourceConfig"]["InstanceType"], Decimal(0))
         ledger.record(
             session,

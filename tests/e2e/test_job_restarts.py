@@ -74,6 +74,7 @@ def test_two_instances_talk_to_each_other(own_server: DockyardServer) -> None:
             print("leader got", message, flush=True)
             (pathlib.Path(os.environ["SM_MODEL_DIR"]) / "heard.txt").write_text(message)
             connection.close()
+            time.sleep(2)  # a job long enough that per-instance billing shows
         else:
             deadline = time.time() + 60
             while True:
@@ -97,6 +98,9 @@ def test_two_instances_talk_to_each_other(own_server: DockyardServer) -> None:
     with tarfile.open(s3_path(own_server, job["ModelArtifacts"]["S3ModelArtifacts"])) as archive:
         member = archive.extractfile("heard.txt")
         assert member is not None and member.read() == b"hello from algo-2 of 2"
+    # Billed per instance, as AWS reports it (not times the two instances).
+    trained = job["TrainingTimeInSeconds"]
+    assert trained >= 2 and job["BillableTimeInSeconds"] in (trained, trained + 1)
 
 
 def test_training_instance_quota(tmp_path: Path) -> None:

@@ -83,3 +83,8 @@ def test_warm_pool_example(workdir: tuple[Path, DockyardServer]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "'Status': 'Reused'" in result.stdout and "'ReusedByJob': 'warm-2'" in result.stdout
+    # A copier gets Completed jobs (the default bucket exists on a new server).
+    client = server.client()
+    for name in ("warm-1", "warm-2"):
+        job = client.describe_training_job(TrainingJobName=name)
+        assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
