@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
+from dockyard.api.s3 import S3Front
 from dockyard.clock import ManualClock, make_clock
 from dockyard.compute import sandbox
 from dockyard.compute.local import LocalBackend
@@ -23,6 +24,7 @@ from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
 from dockyard.control.pools import PoolsReconciler
 from dockyard.defaults import DEFAULT_BUCKET
+from dockyard.s3.gateway import S3Gateway
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
@@ -37,6 +39,11 @@ class Server:
     state: ServerState
     app: Starlette
     development: DevelopmentAccess
+    gateway: S3Gateway | None = None
+
+    def close(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
 
 
 def secure_data_dir(data_dir: Path) -> None:
@@ -128,4 +135,10 @@ def build(settings: Settings) -> Server:
         plans=plans,
         control=control,
     )
-    return Server(state=state, app=create_app(state), development=development)
+    gateway = None
+    if not settings.s3_endpoint_url:
+        # The embedded S3 service, on the same endpoint (docs/s3.md).
+        gateway = S3Gateway(Path(settings.data_dir), settings.resolved_database_url)
+        gateway.start()
+        state.s3 = S3Front(state, gateway.socket, gateway.store, development.account_id)
+    return Server(state=state, app=create_app(state), development=development, gateway=gateway)

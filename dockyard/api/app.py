@@ -24,6 +24,7 @@ from dockyard.api.operator import (
     quota_request_endpoint,
     quota_requests_endpoint,
 )
+from dockyard.api.s3 import is_s3
 from dockyard.clock import monotonic
 
 
@@ -54,7 +55,23 @@ def create_app(state: ServerState) -> Starlette:
         metrics.observe(result.operation, result.code, monotonic() - started)
         return Response(result.body, result.status, headers=result.headers)
 
+    async def s3(request: Request) -> Response:
+        if state.s3 is None:
+            return Response(
+                "<Error><Code>NotImplemented</Code><Message>This server has no S3 service "
+                "(it uses --s3-endpoint-url)</Message></Error>",
+                501,
+                media_type="application/xml",
+            )
+        started = monotonic()
+        response = await state.s3(request)
+        metrics.observe(f"S3.{request.method}", str(response.status_code), monotonic() - started)
+        return response
+
     async def healthz(request: Request) -> Response:
+        if is_s3(request):  # a bucket named healthz
+            return await s3(request)
+
         def check() -> None:
             with state.db.engine.connect() as connection:
                 connection.execute(text("SELECT 1"))
@@ -68,6 +85,8 @@ def create_app(state: ServerState) -> Starlette:
         )
 
     async def metrics_endpoint(request: Request) -> Response:
+        if is_s3(request):  # a bucket named metrics
+            return await s3(request)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @contextlib.asynccontextmanager
@@ -78,6 +97,9 @@ def create_app(state: ServerState) -> Starlette:
         finally:
             state.control.stop()
             executor.shutdown(wait=False)
+            close = getattr(state.s3, "close", None)
+            if close is not None:
+                await close()
 
     app = Starlette(
         lifespan=lifespan,
@@ -94,6 +116,9 @@ def create_app(state: ServerState) -> Starlette:
                 quota_request_endpoint,
                 methods=["POST"],
             ),
+            # S3: ListBuckets at GET /, buckets and objects at /<bucket>[/<key>].
+            Route("/", s3, methods=["GET", "HEAD"]),
+            Route("/{path:path}", s3, methods=["GET", "PUT", "POST", "DELETE", "HEAD"]),
         ],
     )
     app.state.dockyard = state

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from dockyard.clock import Clock
 from dockyard.config import PlanSettings, Settings
@@ -24,6 +27,8 @@ class ServerState:
     operator_token: str
     plans: PlanSettings
     control: ControlLoop
+    # The embedded S3 service's front door (api/s3.py), when the server has one.
+    s3: Callable[[Request], Awaitable[Response]] | None = None
 
 
 @dataclass(frozen=True)

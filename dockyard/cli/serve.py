@@ -79,7 +79,7 @@ def serve(
     )
     try:
         server = build(settings)
-    except (ConfigError, FleetError) as exc:
+    except (ConfigError, FleetError, RuntimeError) as exc:
         raise fail(str(exc)) from exc
     dev = server.development
     endpoint = f"http://{settings.host}:{settings.port}"
@@ -96,13 +96,16 @@ def serve(
     console.print(f"  export AWS_SHARED_CREDENTIALS_FILE={dev.credentials_file.resolve()}")
     console.print(f"  export AWS_CONFIG_FILE={dev.config_file.resolve()}")
     console.print(f"  aws sagemaker list-training-jobs --endpoint-url {endpoint}")
-    uvicorn.run(
-        server.app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-    )
+    try:
+        uvicorn.run(
+            server.app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+    finally:
+        server.close()
 
 
 def _redact(url: str) -> str:

@@ -49,6 +49,17 @@ class AccessKey(Base):
     created_at: Mapped[datetime]
 
 
+class Bucket(Base):
+    """An S3 bucket of the embedded S3 service, and the account that made it. Names are
+    global, as in S3: one account's bucket is refused to every other."""
+
+    __tablename__ = "buckets"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    created_at: Mapped[datetime]
+
+
 class ClockState(Base):
     """The manual clock's instant, so a restarted server does not travel back in time."""
 

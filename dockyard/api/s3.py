@@ -1,0 +1,280 @@
+"""S3 on dockyard's endpoint: who may use which bucket is decided here; the protocol is
+served by the embedded gateway (`dockyard.s3.gateway`, rclone) behind it.
+
+Every S3 request must be signed with a dockyard access key (no anonymous access). The
+key's account must own the bucket the request names - and, for a copy, the bucket it
+copies from - or the request is refused with AccessDenied, as S3 refuses another
+account's bucket. CreateBucket records the new bucket's owner once the gateway made
+it; DeleteBucket forgets it; ListBuckets shows the caller's buckets only. The rest is
+streamed through unchanged (headers, signature, body), so the gateway verifies the
+signature and a large upload passes without being held here; the few ways the gateway
+departs from S3 are mended on the way back (a ranged GET answers 206, and without the
+whole object's checksum, which clients would check the part against).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+from xml.etree import ElementTree
+from xml.sax.saxutils import escape
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from dockyard.api.context import ServerState
+from dockyard.api.keys import KeyCache
+from dockyard.services import buckets
+
+log = logging.getLogger("dockyard.api.s3")
+# One line per proxied request is the gateway's business, not the server log's.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
+# Not passed on: connection-level headers, and Expect (uvicorn already answered it).
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "proxy-authorization",
+        "proxy-authenticate",
+    }
+)
+# Set again by uvicorn for the response.
+_RESPONSE_DROP = _HOP | {"date", "server"}
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+def signing_service(request: Request) -> tuple[str, str] | None:
+    """(access key id, service) from a SigV4 Authorization header or presigned query."""
+    header = request.headers.get("authorization", "")
+    match = _CREDENTIAL.search(header)
+    if match:
+        return match.group(1), match.group(2)
+    credential = request.query_params.get("X-Amz-Credential", "")
+    parts = credential.split("/")
+    if len(parts) == 5 and parts[4] == "aws4_request":
+        return parts[0], parts[3]
+    return None
+
+
+def is_s3(request: Request) -> bool:
+    found = signing_service(request)
+    return found is not None and found[1] == "s3"
+
+
+def _error(code: str, message: str, status: int, resource: str = "") -> Response:
+    request_id = uuid.uuid4().hex[:16].upper()
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{escape(message)}</Message>"
+        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+    )
+    response = Response(
+        body,
+        status,
+        media_type="application/xml",
+        headers={"x-amz-request-id": request_id},
+    )
+    response.refused = True  # type: ignore[attr-defined]
+    return response
+
+
+def _bucket_and_key(raw_path: str) -> tuple[str, str]:
+    path = unquote(raw_path.split("?", 1)[0]).lstrip("/")
+    bucket, _, key = path.partition("/")
+    return bucket, key
+
+
+def _copy_source_bucket(request: Request) -> str | None:
+    source = request.headers.get("x-amz-copy-source")
+    if not source:
+        return None
+    return unquote(source).lstrip("/").split("/", 1)[0].split("?", 1)[0]
+
+
+class S3Front:
+    def __init__(self, state: ServerState, socket: Path, store: Path, default_owner: str):
+        self.state = state
+        self.socket = socket
+        self.store = store
+        self.default_owner = default_owner
+        self.keys = KeyCache(state.db, state.box)
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        # Made on first use, inside the server's event loop.
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=str(self.socket)),
+                timeout=httpx.Timeout(None, connect=10.0),
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _owner(self, bucket: str) -> str | None:
+        with self.state.db.read_session() as session:
+            return buckets.owner(session, bucket, self.store, self.default_owner)
+
+    def _owned(self, account_id: str) -> set[str]:
+        with self.state.db.read_session() as session:
+            return buckets.owned(session, account_id, self.store, self.default_owner)
+
+    def _claim(self, bucket: str, account_id: str) -> bool:
+        with self.state.db.session() as session:
+            return buckets.claim(session, bucket, account_id, self.state.clock.now())
+
+    def _forget(self, bucket: str) -> None:
+        with self.state.db.session() as session:
+            buckets.forget(session, bucket)
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            response = await self._handle(request)
+        except httpx.HTTPError as exc:
+            log.warning("S3 gateway unreachable: %s", exc)
+            response = _error("ServiceUnavailable", "The S3 service is starting; try again", 503)
+        if getattr(response, "refused", False) and (
+            request.headers.get("content-length", "0") != "0"
+            or "transfer-encoding" in request.headers
+        ):
+            # A refused upload's body is never read: the connection cannot carry another
+            # request after it.
+            response.headers["connection"] = "close"
+        return response
+
+    async def _handle(self, request: Request) -> Response:
+        signed = signing_service(request)
+        if signed is None:
+            return _error("AccessDenied", "Anonymous access is not allowed: sign the request", 403)
+        record = await self._run(self.keys.get, signed[0])
+        if record is None:
+            return _error(
+                "InvalidAccessKeyId",
+                "The AWS Access Key Id you provided does not exist in our records.",
+                403,
+            )
+        account = record.account_id
+        raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
+        bucket, key = _bucket_and_key(raw_path)
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        subresource = bool([k for k, _ in parse_qsl(query, keep_blank_values=True)])
+        method = request.method
+        if not bucket:
+            if method != "GET":
+                return _error("MethodNotAllowed", "Only ListBuckets is served at /", 405)
+            return await self._list_buckets(request, account)
+        creating = method == "PUT" and not key and not subresource
+        if creating:
+            owner = await self._run(self._owner, bucket)
+            if owner == account:
+                return _error(
+                    "BucketAlreadyOwnedByYou",
+                    "Your previous request to create the named bucket succeeded and you "
+                    "already own it.",
+                    409,
+                    bucket,
+                )
+            if owner is not None:
+                return _error(
+                    "BucketAlreadyExists",
+                    "The requested bucket name is not available. The bucket namespace is "
+                    "shared by all users of the system. Please select a different name "
+                    "and try again.",
+                    409,
+                    bucket,
+                )
+        else:
+            for name in filter(None, (bucket, _copy_source_bucket(request))):
+                owner = await self._run(self._owner, name)
+                if owner is not None and owner != account:
+                    return _error("AccessDenied", "Access Denied", 403, f"/{name}")
+        response = await self._forward(request, raw_path, query)
+        if creating and response.status_code < 300:
+            if not await self._run(self._claim, bucket, account):
+                return _error("BucketAlreadyExists", "The bucket name is taken", 409, bucket)
+        if method == "DELETE" and not key and not subresource and response.status_code < 300:
+            await self._run(self._forget, bucket)
+        return response
+
+    async def _send(self, request: Request, raw_path: str, query: str) -> httpx.Response:
+        url = "http://s3" + raw_path + (f"?{query}" if query else "")
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.raw
+            if k.decode("latin-1").lower() not in _HOP
+        ]
+        has_body = request.method in ("PUT", "POST")
+        upstream = self.client.build_request(
+            request.method,
+            url,
+            headers=headers,
+            content=request.stream() if has_body else None,
+        )
+        return await self.client.send(upstream, stream=True)
+
+    async def _forward(self, request: Request, raw_path: str, query: str) -> Response:
+        upstream = await self._send(request, raw_path, query)
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP}
+        status = upstream.status_code
+        if status == 200 and "content-range" in upstream.headers:
+            status = 206
+        if status == 206:
+            headers = {
+                k: v for k, v in headers.items() if not k.lower().startswith("x-amz-checksum")
+            }
+        return StreamingResponse(
+            upstream.aiter_raw(),
+            status_code=status,
+            headers=headers,
+            background=BackgroundTask(upstream.aclose),
+        )
+
+    async def _list_buckets(self, request: Request, account: str) -> Response:
+        upstream = await self._send(request, "/", request.scope.get("query_string", b"").decode())
+        try:
+            body = await upstream.aread()
+        finally:
+            await upstream.aclose()
+        headers = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() not in _RESPONSE_DROP and k.lower() != "content-length"
+        }
+        if upstream.status_code != 200:
+            return Response(body, upstream.status_code, headers=headers)
+        owned = await self._run(self._owned, account)
+        try:
+            root = ElementTree.fromstring(body)
+        except ElementTree.ParseError:
+            return _error("InternalError", "The S3 service answered what is not XML", 500)
+        ElementTree.register_namespace("", _NS.strip("{}"))
+        for container in root.iter(f"{_NS}Buckets"):
+            for entry in list(container):
+                name = entry.findtext(f"{_NS}Name")
+                if name not in owned:
+                    container.remove(entry)
+        for owner in root.iter(f"{_NS}Owner"):
+            for field in owner:
+                field.text = account
+        text = ElementTree.tostring(root, xml_declaration=True, encoding="UTF-8")
+        return Response(text, 200, headers=headers, media_type="application/xml")

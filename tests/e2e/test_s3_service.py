@@ -1,0 +1,258 @@
+"""The embedded S3 service, through boto3 and the aws CLI, on dockyard's own endpoint:
+buckets owned by accounts, objects, listings, ranges, copies, multipart, and the same
+files the jobs read and write."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+from tests.harness import DockyardServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockyardServer]:
+    running = DockyardServer(tmp_path_factory.mktemp("s3") / "data").start()
+    yield running
+    running.stop()
+
+
+def code(error: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(error.value.response["Error"]["Code"])
+
+
+def test_buckets_objects_listings_ranges_and_copies(server: DockyardServer) -> None:
+    s3 = server.client("s3")
+    assert "dockyard-jobs" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.create_bucket(Bucket="objects-1")
+    s3.head_bucket(Bucket="objects-1")
+    for i in range(7):
+        s3.put_object(Bucket="objects-1", Key=f"data/part-{i}.csv", Body=f"row {i}".encode())
+    s3.put_object(Bucket="objects-1", Key="top.txt", Body=b"0123456789")
+    got = s3.get_object(Bucket="objects-1", Key="top.txt", Range="bytes=2-5")
+    assert got["Body"].read() == b"2345" and got["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert s3.head_object(Bucket="objects-1", Key="top.txt")["ContentLength"] == 10
+    # Delimiters and pages, as the SDKs walk a prefix.
+    top = s3.list_objects_v2(Bucket="objects-1", Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["data/"]
+    assert [o["Key"] for o in top["Contents"]] == ["top.txt"]
+    keys, token = [], None
+    while True:
+        page = s3.list_objects_v2(
+            Bucket="objects-1",
+            Prefix="data/",
+            MaxKeys=3,
+            **({"ContinuationToken": token} if token else {}),
+        )
+        keys += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert keys == [f"data/part-{i}.csv" for i in range(7)]
+    s3.copy_object(
+        Bucket="objects-1", Key="copied.txt", CopySource={"Bucket": "objects-1", "Key": "top.txt"}
+    )
+    assert s3.get_object(Bucket="objects-1", Key="copied.txt")["Body"].read() == b"0123456789"
+    s3.delete_object(Bucket="objects-1", Key="copied.txt")
+    with pytest.raises(ClientError) as error:
+        s3.get_object(Bucket="objects-1", Key="copied.txt")
+    assert code(error) == "NoSuchKey"
+    # The objects are files of the data dir's store, as the instance agents read them.
+    assert (server.data_dir / "s3" / "objects-1" / "top.txt").read_bytes() == b"0123456789"
+
+
+def test_a_200_mb_multipart_upload(server: DockyardServer, tmp_path: Path) -> None:
+    s3 = server.client("s3")
+    s3.create_bucket(Bucket="multipart-1")
+    big = tmp_path / "big.bin"
+    digest = hashlib.sha256()
+    with open(big, "wb") as out:
+        for i in range(200):
+            chunk = hashlib.sha256(str(i).encode()).digest() * (1024 * 1024 // 32)
+            digest.update(chunk)
+            out.write(chunk)
+    config = TransferConfig(multipart_threshold=8 * 1024**2, multipart_chunksize=16 * 1024**2)
+    s3.upload_file(str(big), "multipart-1", "big.bin", Config=config)
+    head = s3.head_object(Bucket="multipart-1", Key="big.bin")
+    assert head["ContentLength"] == 200 * 1024 * 1024
+    back = tmp_path / "back.bin"
+    s3.download_file("multipart-1", "big.bin", str(back), Config=config)
+    check = hashlib.sha256()
+    with open(back, "rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            check.update(block)
+    assert check.hexdigest() == digest.hexdigest()
+
+
+def test_the_aws_cli(server: DockyardServer, tmp_path: Path) -> None:
+    env = {**server.aws_env(), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def aws(*args: str) -> str:
+        if args[0] in ("cp", "rm", "mv", "sync"):
+            args = (*args, "--only-show-errors")
+        result = subprocess.run(
+            ["aws", "--endpoint-url", server.endpoint, "s3", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "a.txt").write_text("a")
+    (tmp_path / "up" / "sub").mkdir()
+    (tmp_path / "up" / "sub" / "b.txt").write_text("b" * 10_000_000)
+    aws("mb", "s3://cli-bucket-1")
+    aws("cp", "--recursive", str(tmp_path / "up"), "s3://cli-bucket-1/up/")
+    listed = aws("ls", "--recursive", "s3://cli-bucket-1/")
+    assert "up/a.txt" in listed and "up/sub/b.txt" in listed
+    assert "cli-bucket-1" in aws("ls")
+    aws("cp", "s3://cli-bucket-1/up/sub/b.txt", str(tmp_path / "b.txt"))
+    assert (tmp_path / "b.txt").read_text() == "b" * 10_000_000
+    aws("rm", "--recursive", "s3://cli-bucket-1/up/")
+    aws("rb", "s3://cli-bucket-1")
+    assert "cli-bucket-1" not in aws("ls")
+
+
+def test_a_bucket_belongs_to_the_account_that_made_it(server: DockyardServer) -> None:
+    owner = server.client("s3")
+    owner.create_bucket(Bucket="private-1")
+    owner.put_object(Bucket="private-1", Key="model.bin", Body=b"the owner's")
+    _, key = server.new_account("s3-other")
+    other = server.client("s3", key=key)
+    assert "private-1" not in [b["Name"] for b in other.list_buckets()["Buckets"]]
+    attempts: dict[str, Any] = {
+        "get": lambda: other.get_object(Bucket="private-1", Key="model.bin"),
+        "head": lambda: other.head_object(Bucket="private-1", Key="model.bin"),
+        "put": lambda: other.put_object(Bucket="private-1", Key="model.bin", Body=b"mine"),
+        "delete": lambda: other.delete_object(Bucket="private-1", Key="model.bin"),
+        "list": lambda: other.list_objects_v2(Bucket="private-1"),
+        "delete bucket": lambda: other.delete_bucket(Bucket="private-1"),
+        "upload": lambda: other.create_multipart_upload(Bucket="private-1", Key="x"),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(ClientError) as error:
+            attempt()
+        assert error.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403, what
+    with pytest.raises(ClientError) as error:
+        other.create_bucket(Bucket="private-1")
+    assert code(error) == "BucketAlreadyExists"
+    # Copying out of it is reading it.
+    other.create_bucket(Bucket="theirs-1")
+    with pytest.raises(ClientError) as error:
+        other.copy_object(
+            Bucket="theirs-1", Key="stolen", CopySource={"Bucket": "private-1", "Key": "model.bin"}
+        )
+    assert code(error) == "AccessDenied"
+    assert owner.get_object(Bucket="private-1", Key="model.bin")["Body"].read() == b"the owner's"
+    assert "theirs-1" not in [b["Name"] for b in owner.list_buckets()["Buckets"]]
+    with pytest.raises(ClientError) as error:
+        owner.create_bucket(Bucket="private-1")
+    assert code(error) == "BucketAlreadyOwnedByYou"
+
+
+def test_identity_is_dockyards(server: DockyardServer) -> None:
+    # A key made with the operator CLI (`dockyard keys create`) works at once.
+    _, key = server.new_account("s3-newcomer")
+    newcomer = server.client("s3", key=key)
+    newcomer.create_bucket(Bucket="newcomer-1")
+    assert [b["Name"] for b in newcomer.list_buckets()["Buckets"]] == ["newcomer-1"]
+    wrong = server.client("s3", key=(key[0], "not-the-secret-0000000000000000000000000"))
+    with pytest.raises(ClientError) as error:
+        wrong.list_objects_v2(Bucket="newcomer-1")
+    assert error.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    unknown = server.client("s3", key=("AKIAUNKNOWNUNKNOWN00", "x" * 40))
+    with pytest.raises(ClientError) as error:
+        unknown.list_buckets()
+    assert code(error) == "InvalidAccessKeyId"
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(f"{server.endpoint}/newcomer-1?list-type=2", timeout=10)
+    assert anonymous.value.code == 403
+
+
+def test_jobs_read_and_write_the_same_objects(server: DockyardServer) -> None:
+    s3 = server.client("s3")
+    s3.create_bucket(Bucket="training-1")
+    s3.put_object(Bucket="training-1", Key="train/rows.csv", Body=b"1,2\n3,4\n")
+    source = io.BytesIO()
+    body = textwrap.dedent(
+        """
+        import os
+        rows = open(os.path.join(os.environ["SM_CHANNEL_TRAIN"], "rows.csv")).read()
+        open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.txt"), "w").write(rows.upper())
+        """
+    ).encode()
+    with tarfile.open(fileobj=source, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    s3.put_object(Bucket="training-1", Key="code/src.tar.gz", Body=source.getvalue())
+    sm = server.client()
+    sm.create_training_job(
+        TrainingJobName="through-s3",
+        AlgorithmSpecification={"TrainingImage": "python:3.11", "TrainingInputMode": "File"},
+        RoleArn="arn:aws:iam::123456789012:role/training",
+        HyperParameters={
+            "sagemaker_program": '"train.py"',
+            "sagemaker_submit_directory": '"s3://training-1/code/src.tar.gz"',
+        },
+        InputDataConfig=[
+            {
+                "ChannelName": "train",
+                "DataSource": {
+                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://training-1/train/"}
+                },
+            }
+        ],
+        OutputDataConfig={"S3OutputPath": "s3://training-1/output"},
+        ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+    deadline = time.monotonic() + 120
+    while (job := sm.describe_training_job(TrainingJobName="through-s3"))[
+        "TrainingJobStatus"
+    ] == "InProgress":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    artifact = job["ModelArtifacts"]["S3ModelArtifacts"].removeprefix("s3://training-1/")
+    archive = s3.get_object(Bucket="training-1", Key=artifact)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = tar.extractfile("seen.txt")
+        assert member is not None and member.read() == b"1,2\n3,4\n".upper()
+
+
+def test_objects_outlive_a_restart(tmp_path: Path) -> None:
+    server = DockyardServer(tmp_path / "data").start()
+    try:
+        s3 = server.client("s3")
+        s3.create_bucket(Bucket="durable-1")
+        s3.put_object(Bucket="durable-1", Key="k", Body=b"kept")
+        server.kill()
+        server.start()
+        s3 = server.client("s3")
+        assert s3.get_object(Bucket="durable-1", Key="k")["Body"].read() == b"kept"
+        _, key = server.new_account("after-restart")
+        with pytest.raises(ClientError) as error:
+            server.client("s3", key=key).get_object(Bucket="durable-1", Key="k")
+        assert code(error) == "AccessDenied"
+    finally:
+        server.stop()
