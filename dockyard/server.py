@@ -28,6 +28,7 @@ from dockyard.s3.gateway import S3Gateway
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
+from dockyard.services.buckets import BucketStore
 from dockyard.store import migrate
 from dockyard.store.db import Database
 
@@ -140,5 +141,6 @@ def build(settings: Settings) -> Server:
         # The embedded S3 service, on the same endpoint (docs/s3.md).
         gateway = S3Gateway(Path(settings.data_dir), settings.resolved_database_url)
         gateway.start()
-        state.s3 = S3Front(state, gateway.socket, gateway.store, development.account_id)
+        state.s3_store = BucketStore(gateway.store, development.account_id)
+        state.s3 = S3Front(state, state.s3_store, gateway.socket)
     return Server(state=state, app=create_app(state), development=development, gateway=gateway)

@@ -13,6 +13,7 @@ from dockyard.clock import Clock
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.loop import ControlLoop
 from dockyard.secretbox import SecretBox
+from dockyard.services.buckets import BucketStore
 from dockyard.store.db import Database
 
 
@@ -27,8 +28,10 @@ class ServerState:
     operator_token: str
     plans: PlanSettings
     control: ControlLoop
-    # The embedded S3 service's front door (api/s3.py), when the server has one.
+    # The embedded S3 service's front door (api/s3.py), when the server has one; its
+    # store, and the account owning a bucket directory made outside the API.
     s3: Callable[[Request], Awaitable[Response]] | None = None
+    s3_store: BucketStore | None = None
 
 
 @dataclass(frozen=True)

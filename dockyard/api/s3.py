@@ -106,11 +106,11 @@ def _copy_source_bucket(request: Request) -> str | None:
 
 
 class S3Front:
-    def __init__(self, state: ServerState, socket: Path, store: Path, default_owner: str):
+    def __init__(self, state: ServerState, store: buckets.BucketStore, socket: Path):
         self.state = state
         self.socket = socket
-        self.store = store
-        self.default_owner = default_owner
+        self.store = store.root
+        self.default_owner = store.default_owner
         self.keys = KeyCache(state.db, state.box)
         self._client: httpx.AsyncClient | None = None
 

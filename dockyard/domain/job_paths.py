@@ -58,7 +58,8 @@ def sdk_string(value: str) -> str:
     return decoded if isinstance(decoded, str) else value
 
 
-def _s3_locations(params: dict[str, Any]) -> Iterator[tuple[str, str]]:
+def s3_locations(params: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field, s3:// URI) of every S3 location a CreateTrainingJob request names."""
     output = params.get("OutputDataConfig") or {}
     if "S3OutputPath" in output:
         yield "OutputDataConfig.S3OutputPath", str(output["S3OutputPath"])
@@ -69,6 +70,11 @@ def _s3_locations(params: dict[str, Any]) -> Iterator[tuple[str, str]]:
         source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
         if "S3Uri" in source:
             yield f"InputDataConfig[{index}].DataSource.S3DataSource.S3Uri", str(source["S3Uri"])
+    hyper = params.get("HyperParameters") or {}
+    if "sagemaker_submit_directory" in hyper:
+        submit = sdk_string(str(hyper["sagemaker_submit_directory"]))
+        if submit.startswith("s3://"):
+            yield "HyperParameters.sagemaker_submit_directory", submit
 
 
 def request_problems(params: dict[str, Any]) -> list[str]:
@@ -86,7 +92,9 @@ def request_problems(params: dict[str, Any]) -> list[str]:
                 f"InputDataConfig[{index}].ChannelName {name!r} is not a directory name a "
                 "channel can have"
             )
-    for field, uri in _s3_locations(params):
+    for field, uri in s3_locations(params):
+        if field.startswith("HyperParameters."):
+            continue  # said below, with what a code archive must be
         problem = s3_uri_problem(field, uri)
         if problem:
             problems.append(problem)

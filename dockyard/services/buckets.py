@@ -9,6 +9,7 @@ development account, the operator's own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -16,7 +17,17 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from dockyard.domain.job_paths import s3_locations
+from dockyard.services.errors import ValidationException
 from dockyard.store.tables import Bucket
+
+
+@dataclass(frozen=True)
+class BucketStore:
+    """The embedded S3 service's directory, and who owns a bucket nobody created."""
+
+    root: Path
+    default_owner: str
 
 
 def owner(session: Session, name: str, store: Path, default_owner: str) -> str | None:
@@ -50,3 +61,18 @@ def claim(session: Session, name: str, account_id: str, now: datetime) -> bool:
 
 def forget(session: Session, name: str) -> None:
     session.execute(delete(Bucket).where(Bucket.name == name))
+
+
+def check_job_buckets(
+    session: Session, account_id: str, params: dict[str, object], store: BucketStore
+) -> None:
+    """A job reads and writes only its own account's buckets (SPEC §4.8): a request
+    naming another account's is refused, as S3 would refuse the job's requests."""
+    for field, uri in s3_locations(params):
+        bucket = uri.removeprefix("s3://").split("/", 1)[0]
+        found = owner(session, bucket, store.root, store.default_owner)
+        if found is not None and found != account_id:
+            raise ValidationException(
+                f'{field}: access to the bucket "{bucket}" is denied: it belongs to another '
+                "account"
+            )

@@ -16,7 +16,7 @@ from dockyard.domain.arns import training_job_arn
 from dockyard.domain.jobs import JobStatus, Secondary
 from dockyard.domain.quotas import QuotaKind
 from dockyard.domain.warm_pools import WarmPoolStatus
-from dockyard.services import plan_jobs, quotas
+from dockyard.services import buckets, plan_jobs, quotas
 from dockyard.services.errors import (
     ResourceInUse,
     ResourceLimitExceeded,
@@ -153,6 +153,7 @@ def create(
     region: str,
     params: dict[str, Any],
     settings: PlanSettings,
+    store: buckets.BucketStore | None = None,
 ) -> dict[str, Any]:
     refused = warm_pool_rules.refusal(params)
     if refused is not None:
@@ -182,6 +183,8 @@ def create(
         )
     if not plan_arn:
         _check_quota(session, account_id, region, params, settings)
+    if store is not None:
+        buckets.check_job_buckets(session, account_id, params, store)
     job = TrainingJob(
         account_id=account_id,
         region=region,

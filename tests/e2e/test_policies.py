@@ -43,7 +43,7 @@ def policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dockyard
     instance.stop()
 
 
-def job_request(name: str, keep_alive: int | None = None) -> dict[str, Any]:
+def job_request(name: str, keep_alive: int | None = None, account_id: str = "") -> dict[str, Any]:
     resource_config: dict[str, Any] = {
         "InstanceType": "ml.m5.xlarge",
         "InstanceCount": 1,
@@ -59,7 +59,9 @@ def job_request(name: str, keep_alive: int | None = None) -> dict[str, Any]:
             "ContainerEntrypoint": ["python3", "-c", textwrap.dedent("print('done')")],
         },
         "RoleArn": "arn:aws:iam::123456789012:role/training",
-        "OutputDataConfig": {"S3OutputPath": "s3://results/out"},
+        "OutputDataConfig": {
+            "S3OutputPath": f"s3://results-{account_id}/out" if account_id else "s3://results/out"
+        },
         "ResourceConfig": resource_config,
         "StoppingCondition": {"MaxRuntimeInSeconds": 60},
     }
@@ -84,6 +86,8 @@ def account(
     """A fresh account and an unrestricted client of it that stops its jobs afterwards."""
     account_id, key = policy_server.new_account(f"policies-{request.node.name[:40]}")
     free = policy_server.client(key=key)
+    # Its jobs write to a bucket of its own (the server's `results` is another account's).
+    policy_server.own_bucket(f"results-{account_id}", key=key)
     yield account_id, free
     for job in free.list_training_jobs()["TrainingJobSummaries"]:
         if job["TrainingJobStatus"] in ("InProgress", "Stopping"):
@@ -109,14 +113,21 @@ def test_seed_policy_limits_keep_alive(
     key = key_with_policy(policy_server, account_id, SEED_POLICY, tmp_path)
     client = policy_server.client(key=key)
 
-    error = denied(client.create_training_job, **job_request("too-long", keep_alive=3600))
+    error = denied(
+        client.create_training_job,
+        **job_request("too-long", keep_alive=3600, account_id=account_id),
+    )
     assert "sagemaker:CreateTrainingJob" in error["Message"]
     assert f"arn:aws:iam::{account_id}:user/{key[0]}" in error["Message"]
     assert "training-job/too-long" in error["Message"]
     assert "no identity-based policy allows" in error["Message"]
 
-    assert "TrainingJobArn" in client.create_training_job(**job_request("short", keep_alive=1200))
-    assert "TrainingJobArn" in client.create_training_job(**job_request("no-keep-alive"))
+    assert "TrainingJobArn" in client.create_training_job(
+        **job_request("short", keep_alive=1200, account_id=account_id)
+    )
+    assert "TrainingJobArn" in client.create_training_job(
+        **job_request("no-keep-alive", account_id=account_id)
+    )
 
     error = denied(client.list_training_jobs)
     assert "sagemaker:ListTrainingJobs" in error["Message"]
@@ -130,12 +141,16 @@ def test_deny_statement_beats_allow_everything(
     key = key_with_policy(policy_server, account_id, json.dumps(DENY_LONG_KEEP_ALIVE), tmp_path)
     client = policy_server.client(key=key)
 
-    error = denied(client.create_training_job, **job_request("long", keep_alive=900))
+    error = denied(
+        client.create_training_job, **job_request("long", keep_alive=900, account_id=account_id)
+    )
     assert "sagemaker:CreateTrainingJob" in error["Message"]
     assert "explicit deny" in error["Message"] and "ShortKeepAliveOnly" in error["Message"]
 
-    client.create_training_job(**job_request("short", keep_alive=300))
-    client.create_training_job(**job_request("plain"))  # NumericGreaterThan: absent key -> no
+    client.create_training_job(**job_request("short", keep_alive=300, account_id=account_id))
+    client.create_training_job(
+        **job_request("plain", account_id=account_id)
+    )  # NumericGreaterThan: absent key -> no
     names = {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]}
     assert names == {"short", "plain"}
 

@@ -159,6 +159,45 @@ def test_a_bucket_belongs_to_the_account_that_made_it(server: DockyardServer) ->
             Bucket="theirs-1", Key="stolen", CopySource={"Bucket": "private-1", "Key": "model.bin"}
         )
     assert code(error) == "AccessDenied"
+    # Nor may its jobs read or write it: a job naming it is refused.
+    for field, change in (
+        (
+            "InputDataConfig",
+            {
+                "InputDataConfig": [
+                    {
+                        "ChannelName": "train",
+                        "DataSource": {
+                            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://private-1/"}
+                        },
+                    }
+                ]
+            },
+        ),
+        ("OutputDataConfig", {"OutputDataConfig": {"S3OutputPath": "s3://private-1/out"}}),
+    ):
+        request: dict[str, Any] = {
+            "TrainingJobName": f"thief-{field.lower()}",
+            "AlgorithmSpecification": {
+                "TrainingImage": "python:3.11",
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": ["python3", "-c", "pass"],
+            },
+            "RoleArn": "arn:aws:iam::123456789012:role/training",
+            "OutputDataConfig": {"S3OutputPath": "s3://theirs-1/out"},
+            "ResourceConfig": {
+                "InstanceType": "ml.m5.xlarge",
+                "InstanceCount": 1,
+                "VolumeSizeInGB": 10,
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+            **change,
+        }
+        with pytest.raises(ClientError) as error:
+            server.client(key=key).create_training_job(**request)
+        assert code(error) == "ValidationException"
+        message = error.value.response["Error"]["Message"]
+        assert field in message and "private-1" in message and "another account" in message
     assert owner.get_object(Bucket="private-1", Key="model.bin")["Body"].read() == b"the owner's"
     assert "theirs-1" not in [b["Name"] for b in owner.list_buckets()["Buckets"]]
     with pytest.raises(ClientError) as error:

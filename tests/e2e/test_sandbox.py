@@ -55,10 +55,15 @@ def job(
     code: str,
     *,
     instance_type: str = "ml.m5.xlarge",
+    bucket: str = "",
     **extra: Any,
 ) -> dict[str, Any]:
-    """A script-mode job (train.py in a tar.gz on the local S3), as the SDK sends one."""
-    archive = server.data_dir / "s3" / "data" / "code" / f"{name}.tar.gz"
+    """A script-mode job (train.py in a tar.gz on the local S3), as the SDK sends one;
+    its code and output in `bucket` (default: the server's `data` and `results`)."""
+    code_bucket, output = (
+        (bucket, f"s3://{bucket}/out") if bucket else ("data", "s3://results/out")
+    )
+    archive = server.data_dir / "s3" / code_bucket / "code" / f"{name}.tar.gz"
     archive.parent.mkdir(parents=True, exist_ok=True)
     body = textwrap.dedent(code).encode()
     with tarfile.open(archive, "w:gz") as tar:
@@ -71,9 +76,9 @@ def job(
         "RoleArn": "arn:aws:iam::123456789012:role/training",
         "HyperParameters": {
             "sagemaker_program": '"train.py"',
-            "sagemaker_submit_directory": f'"s3://data/code/{name}.tar.gz"',
+            "sagemaker_submit_directory": f'"s3://{code_bucket}/code/{name}.tar.gz"',
         },
-        "OutputDataConfig": {"S3OutputPath": "s3://results/out"},
+        "OutputDataConfig": {"S3OutputPath": output},
         "ResourceConfig": {
             "InstanceType": instance_type,
             "InstanceCount": 1,
@@ -121,8 +126,8 @@ def output(server: DockyardServer, name: str) -> list[str]:
     ]
 
 
-def model(server: DockyardServer, name: str) -> dict[str, bytes]:
-    archive = server.data_dir / "s3" / "results" / "out" / name / "output" / "model.tar.gz"
+def model(server: DockyardServer, name: str, bucket: str = "results") -> dict[str, bytes]:
+    archive = server.data_dir / "s3" / bucket / "out" / name / "output" / "model.tar.gz"
     with tarfile.open(archive) as tar:
         return {
             m.name: (tar.extractfile(m).read() if m.isfile() else m.linkname.encode())  # type: ignore[union-attr]
@@ -130,8 +135,8 @@ def model(server: DockyardServer, name: str) -> dict[str, bytes]:
         }
 
 
-def report(server: DockyardServer, name: str) -> dict[str, Any]:
-    return dict(json.loads(model(server, name)["report.json"]))
+def report(server: DockyardServer, name: str, bucket: str = "results") -> dict[str, Any]:
+    return dict(json.loads(model(server, name, bucket)["report.json"]))
 
 
 # The attacker's toolbox: every attempt is recorded as what it got ("denied: ...").
@@ -274,6 +279,7 @@ def test_another_accounts_job_and_files_are_out_of_reach(box: DockyardServer) ->
     victim_pids = _pids_in_sandbox_of(home)
     assert victim_pids
     _, attacker_key = box.new_account("attacker")
+    box.own_bucket("attacker-space", key=attacker_key)
     tree = str(home / "opt" / "ml")
     assert box.process is not None
     server_pid = box.process.pid
@@ -291,9 +297,9 @@ def test_another_accounts_job_and_files_are_out_of_reach(box: DockyardServer) ->
         UID = os.getuid()
         """
     ).replace("\nsave()\n", "\nREPORT['uid'] = UID\nsave()\n")
-    done = run(box, "attacker-1", code, key=attacker_key)
+    done = run(box, "attacker-1", code, key=attacker_key, bucket="attacker-space")
     assert done["TrainingJobStatus"] == "Completed", why(done)
-    got = report(box, "attacker-1")
+    got = report(box, "attacker-1", bucket="attacker-space")
     attacker_uid = got.pop("uid")
     assert all(value.startswith("denied") for value in got.values()), got
     assert all(got[f"kill {pid}"] == "denied: ProcessLookupError" for pid in victim_pids)

@@ -460,7 +460,9 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
     server = manual_server
     account_id, key = server.new_account("no-warm-quota")
     client = server.client(key=key)
-    client.create_training_job(**quick_job("unkept", 600))
+    # Its jobs write to a bucket of its own (the server's `results` is another account's).
+    out = {"S3OutputPath": server.own_bucket("no-warm-quota-results", key=key) + "/out"}
+    client.create_training_job(**quick_job("unkept", 600, OutputDataConfig=out))
     job = wait_for(client, "unkept", {"Completed"})
     job = wait_warm(client, "unkept", "Terminated", server)
     assert job["WarmPoolStatus"].get("ResourceRetainedBillableTimeInSeconds", 0) == 0
@@ -496,11 +498,13 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
         server.endpoint,
         data_dir=server.data_dir,
     )
-    client.create_training_job(**quick_job("kept", 600))
+    client.create_training_job(**quick_job("kept", 600, OutputDataConfig=out))
     wait_for(client, "kept", {"Completed"})
     wait_warm(client, "kept", "Available", server)
     # Two instances kept now: a third would be over the quota of 2 and is not kept.
-    client.create_training_job(**quick_job("two", 600, rc={"InstanceCount": 2}))
+    client.create_training_job(
+        **quick_job("two", 600, rc={"InstanceCount": 2}, OutputDataConfig=out)
+    )
     wait_for(client, "two", {"Completed"})
     wait_warm(client, "two", "Terminated", server)
     assert (

@@ -31,7 +31,13 @@ def list_training_jobs(ctx: RequestContext, params: dict[str, Any]) -> dict[str,
 def create_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
         result = job_requests.create(
-            session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.plans
+            session,
+            ctx.clock.now(),
+            ctx.account_id,
+            ctx.region,
+            params,
+            ctx.state.plans,
+            ctx.state.s3_store,
         )
     ctx.state.control.nudge(first="jobs")
     return result
