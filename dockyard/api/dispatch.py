@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from dockyard.api import sigv4
+from dockyard.api import query, sigv4
 from dockyard.api.authorise import authorise
 from dockyard.api.context import RequestContext, ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.api.serialise import serialise_output
 from dockyard.api.shapes import ValidationError, parse_input
-from dockyard.api.targets import ServiceTarget, targets
+from dockyard.api.targets import ServiceTarget, query_targets, targets
 from dockyard.clock import wall_now
 from dockyard.services.errors import ServiceError
 
@@ -48,18 +49,44 @@ class Response:
     request_id: str
     operation: str
     code: str
+    content_type: str = CONTENT_TYPE
 
     @property
     def headers(self) -> dict[str, str]:
-        headers = {"content-type": CONTENT_TYPE, "x-amzn-requestid": self.request_id}
+        headers = {"content-type": self.content_type, "x-amzn-requestid": self.request_id}
         if self.status >= 400:
             headers["x-amzn-errortype"] = self.code
         return headers
 
 
-def _error(request_id: str, operation: str, code: str, message: str, status: int) -> Response:
+# What STS and IAM call the failures the JSON services name otherwise.
+_QUERY_CODES = {
+    "InvalidSignatureException": "SignatureDoesNotMatch",
+    "UnrecognizedClientException": "InvalidClientTokenId",
+    "IncompleteSignatureException": "IncompleteSignature",
+}
+
+
+def _error(
+    request_id: str, operation: str, code: str, message: str, status: int, xml: bool = False
+) -> Response:
+    if xml:  # the query protocol's (STS, IAM) error document, in its services' codes
+        code = _QUERY_CODES.get(code, code)
+        return Response(
+            status, query.error(code, message, request_id), request_id, operation, code, "text/xml"
+        )
     body = json.dumps({"__type": code, "message": message}).encode()
     return Response(status, body, request_id, operation, code)
+
+
+_SCOPE = re.compile(r"Credential=[^/,\s]+/[^/]+/[^/]+/([^/]+)/aws4_request")
+
+
+def _scope_service(headers: Sequence[tuple[str, str]]) -> str:
+    """The service a request's SigV4 credential scope names, read before verifying."""
+    authorization = next((v for k, v in headers if k.lower() == "authorization"), "")
+    match = _SCOPE.search(authorization)
+    return match.group(1) if match else ""
 
 
 class Dispatcher:
@@ -87,8 +114,10 @@ class Dispatcher:
     ) -> Response:
         request_id = str(uuid.uuid4())
         operation = "-"
+        target_header = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
+        # No target, signed for STS or IAM: the query protocol, whose errors are XML.
+        xml = not target_header and _scope_service(headers) in query_targets()
         try:
-            target_header = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
             operation = target_header or "-"
             if len(body) > MAX_BODY_BYTES:
                 raise ApiError(
@@ -116,6 +145,8 @@ class Dispatcher:
                 max_skew=self.max_skew,
             )
             key = record_box[0]
+            if not target_header and signed.service in query_targets():
+                return self._query(request_id, signed, key, body)
             service, name = self._route(target_header)
             if signed.service != service.signing_name:
                 raise ApiError(
@@ -159,13 +190,14 @@ class Dispatcher:
             payload = serialise_output(op_model.output_shape, result)
             return Response(200, json.dumps(payload).encode(), request_id, operation, "OK")
         except sigv4.AuthError as exc:
-            return _error(request_id, operation, exc.code, exc.message, exc.status)
+            return _error(request_id, operation, exc.code, exc.message, exc.status, xml)
         except ApiError as exc:
-            return _error(request_id, operation, exc.code, exc.message, exc.status)
+            return _error(request_id, operation, exc.code, exc.message, exc.status, xml)
         except ValidationError as exc:
-            return _error(request_id, operation, "ValidationException", exc.message, 400)
+            code = "ValidationError" if xml else "ValidationException"
+            return _error(request_id, operation, code, exc.message, 400, xml)
         except ServiceError as exc:
-            return _error(request_id, operation, exc.code, exc.message, exc.status)
+            return _error(request_id, operation, exc.code, exc.message, exc.status, xml)
         except Exception:
             log.exception("internal error serving %s (request %s)", operation, request_id)
             return _error(
@@ -175,7 +207,61 @@ class Dispatcher:
                 "dockyard failed to process the request; "
                 f"the server log has request id {request_id}",
                 500,
+                xml,
             )
+
+    def _query(self, request_id: str, signed: Any, key: Any, body: bytes) -> Response:
+        """A query-protocol request (`Action=...` form), whose service is the one its
+        signature is scoped to."""
+        service = query_targets().get(signed.service)
+        try:
+            fields = query.form(body)
+        except query.QueryError as exc:
+            raise ApiError("MalformedQueryString", str(exc)) from exc
+        action = fields.get("Action", "")
+        if service is None or service.operation(action) is None:
+            raise ApiError(
+                "InvalidAction",
+                f"Unknown operation {action or '(no Action)'} for service {signed.service}",
+            )
+        op_model = service.operation(action)
+        assert op_model is not None
+        operation = f"{service.model.service_name}.{action}"
+        try:
+            decoded = query.decode(op_model, fields)
+        except query.QueryError as exc:
+            raise ApiError("ValidationError", str(exc)) from exc
+        params = parse_input(op_model.input_shape, decoded)
+        # GetCallerIdentity needs no permission on AWS; everything else obeys the key.
+        if key.policy is not None and action != "GetCallerIdentity":
+            authorise(
+                key.policy,
+                service.signing_name,
+                action,
+                signed.region,
+                key.account_id,
+                params,
+                access_key_id=key.access_key_id,
+            )
+        handler = service.handlers.get(action)
+        if handler is None:
+            raise ApiError(
+                "NotImplemented",
+                f"dockyard does not implement {operation} yet. It implements: "
+                + ", ".join(sorted(service.handlers)),
+            )
+        ctx = RequestContext(
+            state=self.state,
+            account_id=key.account_id,
+            region=signed.region,
+            access_key_id=key.access_key_id,
+            policy=key.policy,
+            request_id=request_id,
+        )
+        result = handler(ctx, params)
+        namespace = str(service.model.metadata.get("xmlNamespace", ""))
+        document = query.encode(op_model, namespace, result, request_id)
+        return Response(200, document, request_id, operation, "OK", "text/xml")
 
     @staticmethod
     def _route(target_header: str) -> tuple[ServiceTarget, str]:

@@ -13,7 +13,14 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
-from dockyard.api.handlers import logs, service_quotas, tags, training_jobs, training_plans
+from dockyard.api.handlers import (
+    identity,
+    logs,
+    service_quotas,
+    tags,
+    training_jobs,
+    training_plans,
+)
 
 
 @dataclass(frozen=True)
@@ -57,3 +64,14 @@ def targets() -> dict[str, ServiceTarget]:
     """Target prefix (as in `X-Amz-Target: SageMaker.ListTrainingJobs`) -> service."""
     services = [_sagemaker(), _logs(), _service_quotas()]
     return {str(s.model.metadata["targetPrefix"]): s for s in services}
+
+
+@cache
+def query_targets() -> dict[str, ServiceTarget]:
+    """Signing name -> service, for the query protocol (no X-Amz-Target: the form's
+    Action names the operation, the signature's scope the service)."""
+    services = [
+        ServiceTarget(_model("sts"), dict(identity.STS_HANDLERS)),
+        ServiceTarget(_model("iam"), dict(identity.IAM_HANDLERS)),
+    ]
+    return {s.signing_name: s for s in services}

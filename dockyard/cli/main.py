@@ -5,7 +5,18 @@ from __future__ import annotations
 import typer
 
 from dockyard import __version__
-from dockyard.cli import accounts, clock, fleet, jobs, maintenance, plans, pools, quotas, serve
+from dockyard.cli import (
+    accounts,
+    clock,
+    env,
+    fleet,
+    jobs,
+    maintenance,
+    plans,
+    pools,
+    quotas,
+    serve,
+)
 
 app = typer.Typer(
     help="dockyard: GPU training capacity behind the SageMaker API.",
@@ -20,6 +31,7 @@ app.add_typer(plans.app, name="plans")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(pools.app, name="pools")
 app.command("fleet")(fleet.fleet)
+app.command("env")(env.env)
 app.add_typer(maintenance.app, name="maintenance")
 app.add_typer(quotas.app, name="quotas")
 

@@ -96,6 +96,11 @@ def serve(
     console.print(f"  export AWS_SHARED_CREDENTIALS_FILE={dev.credentials_file.resolve()}")
     console.print(f"  export AWS_CONFIG_FILE={dev.config_file.resolve()}")
     console.print(f"  aws sagemaker list-training-jobs --endpoint-url {endpoint}")
+    console.print("or point boto3, the aws CLI and the SageMaker SDK here with:")
+    data_option = (
+        "" if settings.data_dir == Path(".dockyard") else f" --data-dir {settings.data_dir}"
+    )
+    console.print(f'  eval "$(dockyard env --endpoint-url {endpoint}{data_option})"')
     try:
         uvicorn.run(
             server.app,
