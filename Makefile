@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# The SageMaker SDK v3 wants a newer boto3 than dockyard pins: a venv of its own.
+SDK3 := $(VENV)/sdk-v3
+SDK3_STAMP := $(SDK3)/.installed
 
 .PHONY: run test bench lint clean sandbox
 
@@ -19,6 +22,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test]'
 	touch $(TEST_STAMP)
+
+$(SDK3_STAMP): tests/sdk/v3-requirements.txt | $(BIN)/python
+	$(BIN)/uv venv --quiet --allow-existing --python $(BIN)/python $(SDK3)
+	$(BIN)/uv pip install --python $(SDK3)/bin/python --quiet -r tests/sdk/v3-requirements.txt
+	touch $(SDK3_STAMP)
 
 # The job sandbox's tools (docs/security.md), from Debian's packages when missing.
 SANDBOX_TOOLS := bwrap slirp4netns setpriv nsenter ip
@@ -45,7 +53,7 @@ run: $(STAMP) sandbox
 # End-to-end tests mostly wait on servers and jobs: two workers halve the wall time.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) sandbox
+test: $(TEST_STAMP) $(SDK3_STAMP) sandbox
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 
 bench: $(TEST_STAMP) sandbox

@@ -73,9 +73,11 @@ class S3Gateway:
             "--auth-proxy",
             f"{sys.executable} -m dockyard.s3.auth",
             # Agents write objects as files behind rclone's back: it must not cache what
-            # a directory holds.
+            # a directory holds. 1ms, not 0: at 0 a directory holding a half-written
+            # object re-arms its cleanup timer at zero delay forever, and the storm of
+            # timers starves every request of the directory's lock (rclone 1.7x vfs/dir.go).
             "--dir-cache-time",
-            "0s",
+            "1ms",
             # Parts uploaded out of order wait in memory until their turn: capped, so a
             # big upload costs a bounded amount of memory, never its size.
             "--multipart-streaming-buffer-limit",

@@ -34,6 +34,23 @@ def code(error: pytest.ExceptionInfo[ClientError]) -> str:
     return str(error.value.response["Error"]["Code"])
 
 
+def test_deep_keys_in_new_directories(server: DockyardServer) -> None:
+    # The SDK v3 uploads its drivers as job/input/sm_drivers/...: objects in directories
+    # that do not exist yet (rclone once hung here with its directory cache off).
+    s3 = server.client("s3")
+    s3.create_bucket(Bucket="deep-1")
+    keys = [
+        f"base/job-{i}/input/sm_drivers/scripts/{name}"
+        for i in range(8)
+        for name in ("__init__.py", "environment.py")
+    ]
+    for key in keys:
+        s3.put_object(Bucket="deep-1", Key=key, Body=key.encode())
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket="deep-1")["Contents"]]
+    assert sorted(listed) == sorted(keys)
+    assert s3.get_object(Bucket="deep-1", Key=keys[-1])["Body"].read() == keys[-1].encode()
+
+
 def test_buckets_objects_listings_ranges_and_copies(server: DockyardServer) -> None:
     s3 = server.client("s3")
     assert "dockyard-jobs" in [b["Name"] for b in s3.list_buckets()["Buckets"]]

@@ -23,6 +23,14 @@ from tests.harness import DockyardServer, run_cli
 
 pytest.importorskip("sagemaker", reason="the SageMaker SDK is a test dependency")
 
+# SDK v3 needs a newer boto3 than dockyard pins: `make test` installs it into a venv of
+# its own (Makefile, tests/sdk/v3-requirements.txt).
+SDK_V3_PYTHON = Path(
+    os.environ.get(
+        "DOCKYARD_TEST_SDK_V3_PYTHON", Path(__file__).parents[2] / ".venv/sdk-v3/bin/python"
+    )
+)
+
 TRAIN_PY = """
 import argparse, os
 parser = argparse.ArgumentParser()
@@ -44,9 +52,9 @@ def sdk_env(server: DockyardServer) -> dict[str, str]:
     return env
 
 
-def run_sdk(server: DockyardServer, code: str, cwd: Path) -> str:
+def run_sdk(server: DockyardServer, code: str, cwd: Path, python: str = sys.executable) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [python, "-c", textwrap.dedent(code)],
         env=sdk_env(server),
         cwd=cwd,
         capture_output=True,
@@ -54,7 +62,7 @@ def run_sdk(server: DockyardServer, code: str, cwd: Path) -> str:
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return result.stdout
+    return result.stdout + result.stderr
 
 
 @pytest.fixture
@@ -178,3 +186,44 @@ def test_estimator_on_a_training_plan(tmp_path: Path, source: Path) -> None:
         assert job["ResourceConfig"]["TrainingPlanArn"] == plan["TrainingPlanArn"]
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(not SDK_V3_PYTHON.exists(), reason="make test installs the SDK v3 venv")
+def test_model_trainer_train(server: DockyardServer, source: Path) -> None:
+    out = run_sdk(
+        server,
+        f"""
+        import logging
+        logging.basicConfig(level=logging.INFO)  # where the SDK v3 prints the job's logs
+        from sagemaker.train import ModelTrainer
+        from sagemaker.train.configs import Compute, SourceCode
+
+        trainer = ModelTrainer(
+            training_image="python:3.11",
+            role="arn:aws:iam::123456789012:role/SageMakerRole",
+            source_code=SourceCode(source_dir={str(source)!r}, entry_script="train.py"),
+            compute=Compute(
+                instance_type="ml.m5.xlarge", instance_count=1, keep_alive_period_in_seconds=600
+            ),
+            hyperparameters={{"epochs": 4}},
+            base_job_name="sdk-v3",
+        )
+        trainer.train(wait=True, logs=True)
+        print("JOB", trainer._latest_training_job.training_job_name)
+        """,
+        source.parent,
+        python=str(SDK_V3_PYTHON),
+    )
+    name = next(line.split()[1] for line in out.splitlines() if line.startswith("JOB"))
+    assert "epochs 4 in " + name in out  # the job's own log line, fetched by the SDK
+    client = server.client()
+    job = client.describe_training_job(TrainingJobName=name)
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["WarmPoolStatus"]["Status"] == "Available"
+    artifact = job["ModelArtifacts"]["S3ModelArtifacts"]
+    assert artifact.startswith("s3://dockyard-jobs/")
+    bucket, _, key = artifact.removeprefix("s3://").partition("/")
+    assert server.client("s3").head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
+    client.update_training_job(
+        TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0}
+    )
