@@ -137,11 +137,19 @@ def parse_duration(text: str) -> timedelta:
 
 
 def parse_instant(text: str) -> datetime:
-    """Parse an ISO 8601 instant; without an offset it is taken as UTC."""
+    """Parse an ISO 8601 instant (without an offset it is taken as UTC), or seconds since
+    the epoch, which is how the aws CLI v1 prints the SageMaker API's timestamps."""
+    text = text.strip()
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return datetime.fromtimestamp(float(text), tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ClockError(f"cannot read {text!r} as an ISO 8601 instant") from exc
+        raise ClockError(
+            f"cannot read {text!r} as an ISO 8601 instant or seconds since the epoch"
+        ) from exc
     return utc(value)
 
 

@@ -52,3 +52,12 @@ def test_parse_instant_defaults_to_utc() -> None:
     assert parse_instant("2026-03-01T12:00:00") == START
     with pytest.raises(ClockError):
         parse_instant("tomorrow")
+
+
+def test_parse_instant_reads_the_aws_cli_v1_epoch_seconds() -> None:
+    # `aws sagemaker describe-training-plan --query StartTime --output text` prints these.
+    assert parse_instant(str(START.timestamp())) == START
+    assert parse_instant("1796174082.5") == datetime(2026, 12, 2, 1, 14, 42, 500000, tzinfo=UTC)
+    for bad in ("nan", "inf", "1e400"):
+        with pytest.raises(ClockError):
+            parse_instant(bad)

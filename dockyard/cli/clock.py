@@ -38,7 +38,9 @@ def advance(
 
 @app.command("set")
 def set_(
-    instant: str = typer.Argument(help="ISO 8601 instant, e.g. 2026-12-01T11:30:00Z."),
+    instant: str = typer.Argument(
+        help="ISO 8601 instant, e.g. 2026-12-01T11:30:00Z, or seconds since the epoch."
+    ),
     endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
     data_dir: DataDir = DEFAULT_DATA,
 ) -> None:

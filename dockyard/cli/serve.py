@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dockyard.cli.common import console, fail
+from dockyard.cli.common import DEFAULT_ENDPOINT, console, fail
 from dockyard.config import ConfigError, load_settings
 
 
@@ -92,15 +95,18 @@ def serve(
     )
     console.print(f"  aws_access_key_id     = {dev.access_key_id}")
     console.print(f"  aws_secret_access_key = {dev.secret_access_key}")
+    # Lines to paste are never wrapped at the terminal's width.
     console.print("use them with:")
-    console.print(f"  export AWS_SHARED_CREDENTIALS_FILE={dev.credentials_file.resolve()}")
-    console.print(f"  export AWS_CONFIG_FILE={dev.config_file.resolve()}")
-    console.print(f"  aws sagemaker list-training-jobs --endpoint-url {endpoint}")
-    console.print("or point boto3, the aws CLI and the SageMaker SDK here with:")
-    data_option = (
-        "" if settings.data_dir == Path(".dockyard") else f" --data-dir {settings.data_dir}"
+    console.print(
+        f"  export AWS_SHARED_CREDENTIALS_FILE={dev.credentials_file.resolve()}", soft_wrap=True
     )
-    console.print(f'  eval "$(dockyard env --endpoint-url {endpoint}{data_option})"')
+    console.print(f"  export AWS_CONFIG_FILE={dev.config_file.resolve()}", soft_wrap=True)
+    console.print(f"  aws sagemaker list-training-jobs --endpoint-url {endpoint}", soft_wrap=True)
+    console.print("or point boto3, the aws CLI and the SageMaker SDK here with:")
+    options = "" if endpoint == DEFAULT_ENDPOINT else f" --endpoint-url {endpoint}"
+    if settings.data_dir != Path(".dockyard"):
+        options += f" --data-dir {settings.data_dir}"
+    console.print(f'  eval "$({_dockyard_command()} env{options})"', soft_wrap=True)
     try:
         uvicorn.run(
             server.app,
@@ -111,6 +117,19 @@ def serve(
         )
     finally:
         server.close()
+
+
+def _dockyard_command() -> str:
+    """How this shell reaches the `dockyard` being run: `make run` does not put .venv/bin
+    on the PATH, so the line to paste names the venv's script unless PATH finds it."""
+    script = Path(sys.executable).parent / "dockyard"
+    if not script.exists():
+        return "dockyard"
+    found = shutil.which("dockyard")
+    if found and Path(found).resolve() == script.resolve():
+        return "dockyard"
+    relative = os.path.relpath(script)  # .venv/bin/dockyard, as after `make run`
+    return str(script) if relative.startswith("..") else relative
 
 
 def _redact(url: str) -> str:

@@ -1,90 +1,80 @@
-"""The README's examples work as written against a server laid out like `make run`'s."""
+"""The README's examples work as written: every Python and shell block runs, in order,
+against a server laid out like `make run`'s (tests/e2e/doc_blocks.py)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.e2e import doc_blocks
 from tests.harness import REPO, DockyardServer
 
 README = (REPO / "README.md").read_text()
+BLOCKS = doc_blocks.blocks(README)
+
+
+def output_of(outputs: dict[int, str], needle: str) -> str:
+    """The output of the one run block whose code holds `needle`."""
+    (index,) = [b.index for b in BLOCKS if b.runs and needle in b.code]
+    return outputs[index]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, DockyardServer]]:
-    """A directory whose ./.dockyard is a running server's data dir, as after `make run`."""
+def ran(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[int, str], DockyardServer]]:
     base = tmp_path_factory.mktemp("readme")
     server = DockyardServer(base / ".dockyard").start()
-    yield base, server
-    server.stop()
-
-
-def on_port(text: str, server: DockyardServer) -> str:
-    return text.replace("127.0.0.1:8080", f"127.0.0.1:{server.port}")
+    try:
+        yield doc_blocks.run(README, server, base), server
+    finally:
+        server.stop()
 
 
 def test_readme_opens_with_the_two_commands() -> None:
     head = README.split("\n## ")[0]
     assert "make run" in head and "make test" in head
     assert head.index("make run") < head.index("```python")
+    # Only the opening commands are shown and not run; everything else a user copies runs.
+    shown = [b for b in BLOCKS if b.lang in ("sh", "python") and not b.runs]
+    assert len(shown) == 1 and "make run" in shown[0].code
 
 
-def test_boto3_example(workdir: tuple[Path, DockyardServer]) -> None:
-    base, server = workdir
-    code = re.search(r"```python\n(.*?)```", README, re.S)
-    assert code is not None
-    assert len(code.group(1).strip().splitlines()) <= 6
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-c", on_port(code.group(1), server)],
-        cwd=base,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("[]")
+def test_boto3_example_is_five_lines(ran: tuple[dict[int, str], DockyardServer]) -> None:
+    outputs, _ = ran
+    first = next(b for b in BLOCKS if b.lang == "python")
+    assert len(first.code.strip().splitlines()) <= 6
+    assert outputs[first.index].startswith("[]")
 
 
-def test_aws_cli_example(workdir: tuple[Path, DockyardServer]) -> None:
-    base, server = workdir
-    block = re.search(r"```sh\nexport AWS_SHARED.*?```", README, re.S)
-    assert block is not None
-    script = on_port(block.group(0).strip("`").removeprefix("sh\n"), server)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    # The aws CLI the project installs (awscli is a test dependency), as after `make test`.
-    env["PATH"] = str(Path(sys.executable).parent) + ":" + env["PATH"]
-    result = subprocess.run(
-        ["bash", "-c", script], cwd=base, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert '"TrainingJobSummaries": []' in result.stdout
+def test_aws_cli_example(ran: tuple[dict[int, str], DockyardServer]) -> None:
+    outputs, _ = ran
+    assert '"TrainingJobSummaries": []' in output_of(outputs, "list-training-jobs")
 
 
-def test_warm_pool_example(workdir: tuple[Path, DockyardServer]) -> None:
-    base, server = workdir
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    code = next(block for block in blocks if "KeepAlivePeriodInSeconds" in block)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-c", on_port(code, server)],
-        cwd=base,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "'Status': 'Reused'" in result.stdout and "'ReusedByJob': 'warm-2'" in result.stdout
-    # A copier gets Completed jobs (the default bucket exists on a new server).
+def test_warm_pool_example(ran: tuple[dict[int, str], DockyardServer]) -> None:
+    outputs, server = ran
+    out = output_of(outputs, "KeepAlivePeriodInSeconds")
+    assert "'Status': 'Reused'" in out and "'ReusedByJob': 'warm-2'" in out
     client = server.client()
     for name in ("warm-1", "warm-2"):
         job = client.describe_training_job(TrainingJobName=name)
         assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    assert "warm-2" in output_of(outputs, "pools ls")
+    released = client.describe_training_job(TrainingJobName="warm-2")["WarmPoolStatus"]
+    assert released["Status"] == "Terminated"
+
+
+def test_s3_and_sdk_example(ran: tuple[dict[int, str], DockyardServer]) -> None:
+    outputs, server = ran
+    assert "rows.csv" in output_of(outputs, "aws s3 mb")
+    out = output_of(outputs, "Estimator(")
+    assert ": training on 2 rows" in out  # the job's own log line, printed by fit()
+    model = out.strip().splitlines()[-1]
+    assert model.startswith("s3://dockyard-jobs/") and model.endswith("/output/model.tar.gz")
+    jobs = server.client().list_training_jobs()["TrainingJobSummaries"]
+    sdk_job = next(j for j in jobs if j["TrainingJobName"] in model)
+    assert sdk_job["TrainingJobStatus"] == "Completed"
+    s3 = server.client("s3")
+    assert s3.head_object(Bucket="dockyard-jobs", Key=model.split("/", 3)[3])["ContentLength"]
