@@ -219,8 +219,10 @@ def signed_post(
     signed_at: Any = None,
     sign: bool = True,
     tamper: bytes | None = None,
+    unsigned: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """POST a raw body, SigV4-signed by botocore's own signer (optionally at another time)."""
+    """POST a raw body, SigV4-signed by botocore's own signer (optionally at another time);
+    `unsigned` headers are left out of the signature and sent as well."""
     import datetime as _dt
     import http.client
     import json
@@ -235,7 +237,14 @@ def signed_post(
         method="POST",
         url=server.endpoint + "/",
         data=body,
-        headers={"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"},
+        headers={
+            name: value
+            for name, value in {
+                "X-Amz-Target": target,
+                "Content-Type": "application/x-amz-json-1.1",
+            }.items()
+            if name not in (unsigned or {})
+        },
     )
     if sign:
         when = signed_at or _dt.datetime.now(_dt.UTC).replace(tzinfo=None)
@@ -248,7 +257,7 @@ def signed_post(
             "POST",
             "/",
             body=tamper if tamper is not None else body,
-            headers=dict(prepared.headers),
+            headers={**dict(prepared.headers), **(unsigned or {})},
         )
         response = connection.getresponse()
         payload = response.read()

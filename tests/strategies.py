@@ -170,12 +170,19 @@ def _valid_string(shape: Shape) -> SearchStrategy[str] | None:
     least = lo or 0
     most = hi if hi is not None else least + 40
     raw = shape.metadata.get("pattern")
+    # dockyard refuses NUL in every string (issue 12), whatever the model's pattern.
     if raw is None:
-        return st.text(min_size=least, max_size=min(most, least + 20))
+        return st.text(
+            st.characters(exclude_characters="\x00"),
+            min_size=least,
+            max_size=min(most, least + 20),
+        )
     pattern = _generation_pattern(raw)
     if pattern is None:
         return None  # unknown constraint: let the caller skip the member if it may
-    return st.from_regex(pattern, fullmatch=True).filter(lambda s: least <= len(s) <= most)
+    return st.from_regex(pattern, fullmatch=True).filter(
+        lambda s: least <= len(s) <= most and "\x00" not in s
+    )
 
 
 @functools.cache

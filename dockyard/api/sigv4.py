@@ -213,6 +213,22 @@ def verify(
         raise AuthError(
             "IncompleteSignatureException", "SignedHeaders must include the 'host' header.", 400
         )
+    # Headers that choose what the request does must be under the signature, or a
+    # captured request could be replayed as another operation (X-Amz-Target) or read
+    # as another protocol (Content-Type). botocore signs them all, as AWS requires.
+    unsigned = sorted(
+        name
+        for name in lowered
+        if (name.startswith("x-amz-") or name == "content-type")
+        and name not in signed.signed_headers
+    )
+    if unsigned:
+        raise AuthError(
+            "IncompleteSignatureException",
+            f"SignedHeaders must include every x-amz-* header and content-type sent; "
+            f"not signed: {', '.join(unsigned)}.",
+            400,
+        )
     amz_date, signed_at = request_time(lowered)
     if amz_date[:8] != signed.date:
         raise AuthError(

@@ -274,9 +274,14 @@ class Confinement:
 
 
 def uv_binary() -> str:
-    """The uv dockyard was installed with (beside its interpreter), else one on PATH."""
-    beside = Path(sys.executable).parent / "uv"
-    found = str(beside) if beside.exists() else shutil.which("uv")
+    """The uv dockyard depends on (the `uv` package's binary), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        found: str | None = find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        beside = Path(sys.executable).parent / "uv"
+        found = str(beside) if beside.exists() else shutil.which("uv")
     if not found:
         raise ConfinementError("InternalServerError: uv is not installed beside dockyard")
     return os.path.realpath(found)

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, func, select
+from sqlalchemy import Connection, Select, bindparam, select
 
 from dockyard.domain.jobs import TERMINAL, JobStatus
 from dockyard.services import logs, metrics
@@ -66,15 +66,16 @@ _FILTERS = {
     "LastModifiedTimeBefore": lambda: (
         JOBS.c.last_modified_time < bindparam("LastModifiedTimeBefore")
     ),
-    "NameContains": lambda: func.lower(JOBS.c.name).contains(
-        bindparam("NameContains"), escape="/"
-    ),
-    "StatusEquals": lambda: JOBS.c.status == bindparam("StatusEquals"),
     "WarmPoolStatusEquals": lambda: JOBS.c.warm_pool_status == bindparam("WarmPoolStatusEquals"),
     "TrainingPlanArnEquals": lambda: (
         JOBS.c.training_plan_arn == bindparam("TrainingPlanArnEquals")
     ),
 }
+# SageMaker takes a page of MaxResults jobs first and then keeps those of the status
+# and name asked for (the model's documentation of StatusEquals; NameContains behaves
+# the same there), so a filtered page can be short or empty and still carry a
+# NextToken: code written against SageMaker pages on until NextToken is absent.
+_AFTER_PAGING = ("NameContains", "StatusEquals")
 _SORT_COLUMNS = {
     "Name": JOBS.c.name,
     "CreationTime": JOBS.c.creation_time,
@@ -195,11 +196,6 @@ def list_training_jobs(
         params.get("SortOrder", "Ascending") == "Descending",
     )
     values = {name: params[name] for name in filters}
-    if "NameContains" in values:
-        # Escaped here because a bound LIKE operand cannot use SQLAlchemy's autoescape.
-        values["NameContains"] = (
-            values["NameContains"].lower().replace("/", "//").replace("%", "/%").replace("_", "/_")
-        )
     rows = connection.execute(
         statement,
         {
@@ -211,7 +207,13 @@ def list_training_jobs(
         },
     ).all()
     jobs, next_token = page(rows, offset, max_results, params)
-    since = _pools_since(connection, list(jobs))
+    status, fragment = params.get("StatusEquals"), (params.get("NameContains") or "").lower()
+    jobs = [
+        job
+        for job in jobs
+        if (not status or job.status == status) and fragment in job.name.lower()
+    ]
+    since = _pools_since(connection, jobs)
     summaries = [
         {
             "TrainingJobName": job.name,

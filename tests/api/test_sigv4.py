@@ -74,3 +74,14 @@ def test_rejections() -> None:
         check(garbled, b"{}")
     assert exc.value.code == "IncompleteSignatureException"
     assert check(headers, b"{}", now=NOW + dt.timedelta(minutes=14)).access_key_id == "AKIDEXAMPLE"
+
+
+def test_headers_that_choose_the_operation_must_be_signed() -> None:
+    headers = sign(b"{}", headers={"X-Amz-Target": "SageMaker.DescribeTrainingJob"})
+    assert check(headers, b"{}").access_key_id == "AKIDEXAMPLE"
+    for extra in (("X-Amz-Target", "SageMaker.DeleteTrainingJob"), ("Content-Type", "text/xml")):
+        unsigned = sign(b"{}")
+        with pytest.raises(sigv4.AuthError) as exc:
+            check([*unsigned, extra], b"{}")
+        assert exc.value.code == "IncompleteSignatureException"
+        assert extra[0].lower() in exc.value.message

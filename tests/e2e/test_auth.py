@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.e2e.test_training_jobs import job_request, wait_for
 from tests.harness import DockyardServer, signed_post
 
 TARGET = "SageMaker.ListTrainingJobs"
@@ -76,3 +77,20 @@ def test_secret_is_not_stored_in_clear(server: DockyardServer) -> None:
     # Printed once in the start-up banner for the person who ran `make run`, never in a log line.
     lines = [line for line in server.log_path.read_text().splitlines() if secret in line]
     assert len(lines) == 1 and "aws_secret_access_key" in lines[0]
+
+
+def test_target_and_content_type_must_be_signed(server: DockyardServer) -> None:
+    # A captured signed request replayed as another operation: a signature that did not
+    # cover X-Amz-Target (or Content-Type) must not delete anything.
+    client = server.client()
+    client.create_training_job(**job_request("replayed-1", "print('done')"))
+    wait_for(client, "replayed-1", {"Completed", "Failed"})
+    body = b'{"TrainingJobName": "replayed-1"}'
+    for unsigned in (
+        {"X-Amz-Target": "SageMaker.DeleteTrainingJob"},
+        {"Content-Type": "application/x-amz-json-1.1"},
+    ):
+        status, error = signed_post(server, "SageMaker.DeleteTrainingJob", body, unsigned=unsigned)
+        assert (status, error["__type"]) == (400, "IncompleteSignatureException")
+        assert next(iter(unsigned)).lower() in error["message"]
+    assert client.describe_training_job(TrainingJobName="replayed-1")["TrainingJobName"]

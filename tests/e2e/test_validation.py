@@ -153,6 +153,25 @@ CASES = [
         "at 'ResourceConfig'",
         "JSON object",
     ),
+    # NUL bytes would reach a job's argv or environment and fail there (issue 12).
+    (
+        "CreateTrainingJob",
+        with_change("HyperParameters", {"lr": "0.1\u0000"}),
+        "at 'HyperParameters['lr']'",
+        "null characters",
+    ),
+    (
+        "CreateTrainingJob",
+        with_change("Environment", {"A\u0000B": "1"}),
+        "at 'Environment'",
+        "null characters",
+    ),
+    (
+        "CreateTrainingJob",
+        with_change("AlgorithmSpecification.ContainerArguments", ["--x=\u0000"]),
+        "at 'AlgorithmSpecification.ContainerArguments[0]'",
+        "null characters",
+    ),
 ]
 
 

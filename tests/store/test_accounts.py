@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ from dockyard.services import accounts, training_jobs
 from dockyard.services.errors import ConflictException, ResourceNotFound, ValidationException
 from dockyard.store import migrate
 from dockyard.store.db import Database
-from tests.fixtures import insert_training_jobs
+from tests.fixtures import BASE_TIME, insert_training_jobs
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -90,3 +90,33 @@ def test_name_contains_is_literal_and_case_insensitive(db: Database) -> None:
         assert names("-t") == ["beta-two"]
         # LIKE wildcards in the fragment are matched literally, never as wildcards.
         assert names("%") == [] and names("_") == [] and names("a%a") == []
+
+
+def test_list_training_jobs_pages_before_it_filters_by_status_and_name(db: Database) -> None:
+    # As SageMaker documents for StatusEquals (and does for NameContains): MaxResults jobs
+    # are taken first, then filtered, so a filtered page may be empty with a NextToken.
+    with db.session() as session:
+        a = accounts.create_account(session, NOW, "pages").id
+    insert_training_jobs(db.url, a, ["one", "two"], status="Completed")
+    insert_training_jobs(
+        db.url, a, ["three"], status="Failed", start=BASE_TIME + timedelta(hours=1)
+    )
+    with db.read() as connection:
+
+        def walk(**params: object) -> list[list[str]]:
+            pages, token = [], None
+            while True:
+                listed = training_jobs.list_training_jobs(
+                    connection,
+                    a,
+                    "us-east-1",
+                    {"MaxResults": 1, **params, **({"NextToken": token} if token else {})},
+                )
+                pages.append([s["TrainingJobName"] for s in listed["TrainingJobSummaries"]])
+                token = listed.get("NextToken")
+                if not token:
+                    return pages
+
+        assert walk(StatusEquals="Failed") == [[], [], ["three"]]
+        assert walk(NameContains="TW") == [[], ["two"], []]
+        assert walk(StatusEquals="Completed", NameContains="o") == [["one"], ["two"], []]
