@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -181,13 +182,24 @@ WAIT_FOR_GATE = (
 )
 
 
+# The uid that ends a job's instance directory name (domain.jobs.instance_key), as a glob:
+# instances/*-<job name>-{UID}/algo-1.
+UID = "?" * 16
+
+
 def instance_root(server: DockyardServer, job_name: str, host: str = "algo-1") -> Path:
     """The root of the instance running a job on the local backend: the job's own, or
     the warm pool's it was handed to (whose agent its run directory names)."""
     instances = server.data_dir / "instances"
+    # <account>-<region>-<job name>-<the job's uid> (domain.jobs.instance_key)
+    key = re.compile(rf"\d{{12}}-[a-z]+-[a-z]+-\d+-{re.escape(job_name)}-[0-9a-f]{{16}}")
     deadline = time.monotonic() + 60
     while True:
-        runs = list(instances.glob(f"*-{job_name}/{host}"))
+        runs = [
+            found / host
+            for found in (instances.iterdir() if instances.is_dir() else [])
+            if key.fullmatch(found.name) and (found / host).is_dir()
+        ]
         if runs and (runs[0] / "agent.pid").is_file():
             run = runs[0]
             break

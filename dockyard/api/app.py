@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dockyard.api.context import ServerState
-from dockyard.api.dispatch import Dispatcher
+from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher
 from dockyard.api.metrics import ApiMetrics
 from dockyard.api.operator import (
     clock_endpoint,
@@ -28,6 +28,22 @@ from dockyard.api.s3 import is_s3
 from dockyard.clock import monotonic
 
 
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None once it is over `limit` bytes: refused by its
+    Content-Length unread, else read no further than the limit (a chunked body)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def create_app(state: ServerState) -> Starlette:
     dispatcher = Dispatcher(state)
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
@@ -35,13 +51,22 @@ def create_app(state: ServerState) -> Starlette:
 
     async def api(request: Request) -> Response:
         started = monotonic()
-        body = await request.body()
         scope = request.scope
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        body = await _read_body(request, MAX_BODY_BYTES)
+        if body is None:
+            refused = dispatcher.too_large(headers)
+            metrics.observe(refused.operation, refused.code, monotonic() - started)
+            # The rest of the body is never read: the connection cannot carry another
+            # request after it.
+            return Response(
+                refused.body, refused.status, headers={**refused.headers, "connection": "close"}
+            )
         args = (
             request.method,
             scope.get("raw_path", b"/").decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
+            headers,
             body,
         )
         if dispatcher.runs_inline(request.headers.get("x-amz-target", "")):

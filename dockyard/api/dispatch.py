@@ -120,11 +120,7 @@ class Dispatcher:
         try:
             operation = target_header or "-"
             if len(body) > MAX_BODY_BYTES:
-                raise ApiError(
-                    "SerializationException",
-                    f"Request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}",
-                    413,
-                )
+                return self.too_large(headers)
             record_box: list[Any] = []
 
             def secret_for(access_key_id: str) -> str | None:
@@ -209,6 +205,20 @@ class Dispatcher:
                 500,
                 xml,
             )
+
+    def too_large(self, headers: Sequence[tuple[str, str]]) -> Response:
+        """The answer to a body over the limit, which is never read past it (nor is
+        anything of it authenticated first)."""
+        target = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
+        xml = not target and _scope_service(headers) in query_targets()
+        return _error(
+            str(uuid.uuid4()),
+            target or "-",
+            "SerializationException",
+            f"Request body is over the limit of {MAX_BODY_BYTES} bytes",
+            413,
+            xml,
+        )
 
     def _query(self, request_id: str, signed: Any, key: Any, body: bytes) -> Response:
         """A query-protocol request (`Action=...` form), whose service is the one its

@@ -110,7 +110,7 @@ class JobsReconciler:
             specs = runtime.get("specs") or self._host_specs(job, runtime)
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
-        key = rules.instance_key(job.account_id, job.region, job.name)
+        key = rules.instance_key(job.account_id, job.region, job.name, job.uid)
         home = str(runtime.get("home") or key)
         if home == key:
             handles = self.backend.launch(key, specs)
@@ -166,7 +166,7 @@ class JobsReconciler:
                 )
                 job.runtime = {
                     "placement": {"pool": pool.key, "az": pool.availability_zone},
-                    "home": rules.instance_key(job.account_id, job.region, job.name),
+                    "home": rules.instance_key(job.account_id, job.region, job.name, job.uid),
                     # On the control plane's clock: a warm pool's 28 days count from here.
                     "placed_at": now.isoformat(),
                 }
@@ -194,7 +194,7 @@ class JobsReconciler:
         job.runtime = {
             **job.runtime,
             "placement": placement,
-            "home": rules.instance_key(job.account_id, job.region, job.name),
+            "home": rules.instance_key(job.account_id, job.region, job.name, job.uid),
             "placed_at": job.runtime.get("placed_at") or now.isoformat(),
         }
         if attempt > 1:

@@ -89,9 +89,11 @@ def warm_start(previous_job: str) -> str:
     return f"Starting the training job using a warm pool (the instances of {previous_job})."
 
 
-def instance_key(account_id: str, region: str, job_name: str) -> str:
-    """The name of a job's instances on a backend: unique per account, region and job."""
-    return f"{account_id}-{region}-{job_name}"
+def instance_key(account_id: str, region: str, job_name: str, uid: str | None = None) -> str:
+    """The name of a job's instances on a backend: unique per account, region and job,
+    and per job created under that name (its uid; jobs from before uids have none)."""
+    base = f"{account_id}-{region}-{job_name}"
+    return f"{base}-{uid}" if uid else base
 
 
 def host_names(count: int) -> list[str]:

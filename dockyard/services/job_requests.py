@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
@@ -176,11 +178,11 @@ def create(
             f"the fleet has no {instance_type} instances in {region} for on-demand jobs"
         )
     arn = training_job_arn(region, account_id, name)
-    if session.scalar(owned(TrainingJob, account_id, region).where(TrainingJob.name == name)):
-        raise ResourceInUse(
-            "Training job names must be unique within an AWS account and region, and a "
-            f"training job with this name already exists ({arn})"
-        )
+    taken = owned(TrainingJob, account_id, region).where(
+        func.lower(TrainingJob.name) == name.lower()
+    )
+    if session.scalar(taken):
+        raise ResourceInUse(_name_taken(arn))
     if not plan_arn:
         _check_quota(session, account_id, region, params, settings)
     if store is not None:
@@ -190,6 +192,7 @@ def create(
         region=region,
         name=name,
         arn=arn,
+        uid=uuid.uuid4().hex[:16],
         status=JobStatus.IN_PROGRESS.value,
         secondary_status=Secondary.STARTING.value,
         training_plan_arn=plan_arn,
@@ -208,7 +211,18 @@ def create(
         runtime={},
     )
     session.add(job)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # the same name (in any case) created at the same time
+        raise ResourceInUse(_name_taken(arn)) from exc
     return {"TrainingJobArn": arn}
+
+
+def _name_taken(arn: str) -> str:
+    return (
+        "Training job names must be unique within an AWS account and region (regardless of "
+        f"case, as in the job's ARN), and a training job with this name already exists ({arn})"
+    )
 
 
 def _find(session: Session, account_id: str, region: str, name: str) -> TrainingJob:

@@ -43,9 +43,9 @@ TAIL_BYTES = 64 * 1024
 
 JOBS = TrainingJob.__table__
 _SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
-_ALL_JOBS = select(JOBS.c.name, JOBS.c.creation_time).where(*_SCOPE)
+_ALL_JOBS = select(JOBS.c.name, JOBS.c.creation_time, JOBS.c.uid).where(*_SCOPE)
 _ONE_JOB = _ALL_JOBS.where(JOBS.c.name == bindparam("name"))
-_RUNTIME = select(JOBS.c.runtime).where(*_SCOPE, JOBS.c.name == bindparam("name"))
+_RUNTIME = select(JOBS.c.runtime, JOBS.c.uid).where(*_SCOPE, JOBS.c.name == bindparam("name"))
 _HOST = re.compile(r"algo-([1-9][0-9]*)")
 _STREAM_SUFFIX = re.compile(r"(algo-[1-9][0-9]*)-([0-9]+)")
 
@@ -80,9 +80,11 @@ class Stream:
 # ------------------------------------------------------------------ files
 
 
-def instance_root(data_dir: Path, account_id: str, region: str, job_name: str, host: str) -> Path:
+def instance_root(
+    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None, host: str
+) -> Path:
     """Where the local backend runs one instance of a job (see compute.local)."""
-    key = instance_key(account_id, region, job_name)
+    key = instance_key(account_id, region, job_name, uid)
     return Path(data_dir).resolve() / "instances" / key / host
 
 
@@ -131,9 +133,11 @@ def _last_event(path: Path) -> Event | None:
     return events[-1] if events else None
 
 
-def _hosts(data_dir: Path, account_id: str, region: str, job_name: str) -> list[str]:
+def _hosts(
+    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None
+) -> list[str]:
     """The instances of a job that have a log file, algo-1 first."""
-    job_dir = instance_root(data_dir, account_id, region, job_name, "x").parent
+    job_dir = instance_root(data_dir, account_id, region, job_name, uid, "x").parent
     try:
         names = [p.name for p in job_dir.iterdir() if _HOST.fullmatch(p.name)]
     except OSError:
@@ -147,7 +151,7 @@ def _epoch_seconds(moment: datetime) -> int:
 
 
 def _streams_of(
-    data_dir: Path, account_id: str, region: str, name: str, created: datetime
+    data_dir: Path, account_id: str, region: str, name: str, uid: str | None, created: datetime
 ) -> list[Stream]:
     epoch = _epoch_seconds(created)
     return [
@@ -156,9 +160,11 @@ def _streams_of(
             job_name=name,
             host=host,
             job_created_ms=int(utc(created).timestamp() * 1000),
-            path=instance_root(data_dir, account_id, region, name, host) / "logs" / "output.jsonl",
+            path=instance_root(data_dir, account_id, region, name, uid, host)
+            / "logs"
+            / "output.jsonl",
         )
-        for host in _hosts(data_dir, account_id, region, name)
+        for host in _hosts(data_dir, account_id, region, name, uid)
     ]
 
 
@@ -175,7 +181,9 @@ def _all_streams(
         stream
         for row in rows
         if row.name.startswith(job_name)
-        for stream in _streams_of(data_dir, account_id, region, row.name, row.creation_time)
+        for stream in _streams_of(
+            data_dir, account_id, region, row.name, row.uid, row.creation_time
+        )
         if stream.name.startswith(prefix)
     ]
     streams.sort(key=lambda stream: stream.name)
@@ -194,7 +202,7 @@ def _find_stream(
     ).first()
     if row is None:
         raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    for stream in _streams_of(data_dir, account_id, region, row.name, row.creation_time):
+    for stream in _streams_of(data_dir, account_id, region, row.name, row.uid, row.creation_time):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)
@@ -482,10 +490,12 @@ def job_events(
     Without a data_dir the instances' root is found from the job's runtime record,
     whose host specs name the data directory's `s3` folder.
     """
+    row = connection.execute(
+        _RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
+    ).first()
+    uid = row.uid if row else None
     if data_dir is None:
-        runtime = connection.execute(
-            _RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
-        ).scalar()
+        runtime = row.runtime if row else None
         specs = (runtime or {}).get("specs") or []
         root = (specs[0].get("s3") or {}).get("root") if specs else None
         if not root:
@@ -493,10 +503,10 @@ def job_events(
         data_dir = Path(root).parent
     merged = [
         (event.timestamp, order, index, event.message)
-        for order, host in enumerate(_hosts(data_dir, account_id, region, job_name))
+        for order, host in enumerate(_hosts(data_dir, account_id, region, job_name, uid))
         for index, event in enumerate(
             read_events(
-                instance_root(data_dir, account_id, region, job_name, host)
+                instance_root(data_dir, account_id, region, job_name, uid, host)
                 / "logs"
                 / "output.jsonl"
             )

@@ -176,7 +176,11 @@ def create(
 ) -> dict[str, Any]:
     capacity.lock(session)  # first: every check below then sees every earlier booking
     name = params["TrainingPlanName"]
-    if session.scalar(owned(TrainingPlan, account_id, region).where(TrainingPlan.name == name)):
+    # Case-insensitively, as job names (and SageMaker's lower-cased ARNs) are.
+    taken = owned(TrainingPlan, account_id, region).where(
+        func.lower(TrainingPlan.name) == name.lower()
+    )
+    if session.scalar(taken):
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account")
     offering = session.get(TrainingPlanOffering, params["TrainingPlanOfferingId"])
     if offering is None or offering.account_id != account_id or offering.region != region:

@@ -74,6 +74,9 @@ class TrainingJob(Base):
     __table_args__ = (
         UniqueConstraint("account_id", "region", "name", name="uq_training_jobs_account_name"),
         Index("ix_training_jobs_account_created", "account_id", "region", "creation_time"),
+        # The ARN lower-cases the name: names that differ only in case are one job, or two
+        # jobs would share an ARN (and the capacity leases held under it).
+        Index("ix_training_jobs_arn", "arn", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -81,6 +84,9 @@ class TrainingJob(Base):
     region: Mapped[str] = mapped_column(String(32))
     name: Mapped[str] = mapped_column(String(63))
     arn: Mapped[str] = mapped_column(String(256))
+    # Names this job's files on a backend (instance directories, logs): a job created
+    # again under a deleted one's name starts from nothing of the old one's.
+    uid: Mapped[str | None] = mapped_column(String(32), default=None)
     status: Mapped[str] = mapped_column(String(32))
     secondary_status: Mapped[str] = mapped_column(String(64))
     warm_pool_status: Mapped[str | None] = mapped_column(String(32), default=None)

@@ -94,3 +94,39 @@ def test_target_and_content_type_must_be_signed(server: DockyardServer) -> None:
         assert (status, error["__type"]) == (400, "IncompleteSignatureException")
         assert next(iter(unsigned)).lower() in error["message"]
     assert client.describe_training_job(TrainingJobName="replayed-1")["TrainingJobName"]
+
+
+def _status_line(server: DockyardServer, head: bytes, body_start: bytes) -> bytes:
+    """Send a request's head and only the start of its body, then read the answer: a
+    server that waited for the whole (never sent) body would time out here."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(head + body_start)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    return answer
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(server: DockyardServer) -> None:
+    # Issue 12: a 1 GiB unauthenticated POST was read whole (2.1 GB of server memory)
+    # before its 413. By Content-Length: refused with nothing of the body read.
+    head = (
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Target: SageMaker.ListTrainingJobs\r\n"
+        b"Content-Type: application/x-amz-json-1.1\r\nContent-Length: 1073741824\r\n\r\n"
+    )
+    answer = _status_line(server, head, b"{")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"connection: close" in answer.lower()
+    # Chunked, with no length: read up to the limit (4 MiB) and no further.
+    head = head.replace(b"Content-Length: 1073741824", b"Transfer-Encoding: chunked")
+    chunk = b"x" * (1 << 20)
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(5))
+    answer = _status_line(server, head, body)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # And the server goes on answering.
+    assert server.client().list_training_jobs()["TrainingJobSummaries"] is not None

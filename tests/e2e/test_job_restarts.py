@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
-from tests.harness import DockyardServer
+from tests.harness import UID, DockyardServer
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_sigkilled_server_still_finishes_the_running_job(own_server: DockyardSer
         time.sleep(0.2)
 
     own_server.kill()
-    instance = next((own_server.data_dir / "instances").glob("*-survivor/algo-1"))
+    instance = next((own_server.data_dir / "instances").glob(f"*-survivor-{UID}/algo-1"))
     (instance / "opt" / "ml" / "input" / "go").touch()  # let it finish while no server runs
     state = instance / "state.json"
     deadline = time.monotonic() + 60

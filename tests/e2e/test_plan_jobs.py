@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from tests.e2e.plan_helpers import search, set_clock, settle, tomorrow_at
 from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
 from tests.e2e.test_warm_pools import wait_warm
-from tests.harness import WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
+from tests.harness import UID, WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
 
 P5 = "ml.p5.48xlarge"
 
@@ -84,7 +84,9 @@ def stepper(
 
 
 def lines(server: DockyardServer, name: str) -> list[str]:
-    path = next((server.data_dir / "instances").glob(f"*-{name}/algo-1")) / "logs/output.jsonl"
+    path = (
+        next((server.data_dir / "instances").glob(f"*-{name}-{UID}/algo-1")) / "logs/output.jsonl"
+    )
     try:
         return [json.loads(line)["m"] for line in path.read_text().splitlines() if line]
     except FileNotFoundError:
@@ -204,7 +206,7 @@ def test_a_job_queues_is_interrupted_twice_and_resumes_to_the_same_result(
     while sum(line.startswith("checkpoint") for line in lines(server, "resumer")) < 6:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    home = next((server.data_dir / "instances").glob("*-resumer/algo-1"))
+    home = next((server.data_dir / "instances").glob(f"*-resumer-{UID}/algo-1"))
     state = json.loads((home / "state.json").read_text())
     os.kill(int((home / "agent.pid").read_text()), signal.SIGKILL)
     os.killpg(int(state["pid"]), signal.SIGKILL)

@@ -27,7 +27,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from dockyard.compute.sandbox import interpreter_dirs
-from tests.harness import DockyardServer, instance_root, open_gate
+from tests.harness import UID, DockyardServer, instance_root, open_gate
 
 SERVER_SECRET = "server-secret-Ahf3uo9chaiVeeph"
 
@@ -121,7 +121,7 @@ def output(server: DockyardServer, name: str) -> list[str]:
     logs = server.data_dir / "instances"
     return [
         json.loads(line)["m"]
-        for path in logs.glob(f"*-{name}/algo-1/logs/output.jsonl")
+        for path in logs.glob(f"*-{name}-{UID}/algo-1/logs/output.jsonl")
         for line in path.read_text().splitlines()
     ]
 
@@ -587,7 +587,7 @@ def test_the_data_dir_is_the_servers_alone(box: DockyardServer) -> None:
     assert os.stat(box.data_dir).st_mode & 0o777 == 0o700
     for name in ("dockyard.db", "master.key", "operator.key", "credentials"):
         assert os.stat(box.data_dir / name).st_mode & 0o777 == 0o600, name
-    instance = next(box.data_dir.glob("instances/*-private/algo-1"))
+    instance = next(box.data_dir.glob(f"instances/*-private-{UID}/algo-1"))
     files = [
         box.data_dir / "dockyard.db",
         box.data_dir / "master.key",

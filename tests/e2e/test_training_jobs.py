@@ -143,6 +143,49 @@ def test_a_job_reads_channels_and_writes_a_model(server: DockyardServer) -> None
         client.create_training_job(**job_request("reads-channels", "pass"))
 
 
+def test_a_deleted_jobs_name_starts_from_nothing(server: DockyardServer) -> None:
+    # Issue 12: a job created again under a deleted job's name once came back Completed
+    # at once, with the old job's logs, model and start time.
+    client, logs = server.client(), server.client("logs")
+    client.create_training_job(**job_request("reborn", "print('first life', flush=True)"))
+    old = wait_for(client, "reborn", {"Completed", "Failed", "Stopped"})
+    assert old["TrainingJobStatus"] == "Completed", old.get("FailureReason")
+    client.delete_training_job(TrainingJobName="reborn")
+    code = "import time; time.sleep(2); print('second life', flush=True)"
+    client.create_training_job(**job_request("reborn", code))
+    again = client.describe_training_job(TrainingJobName="reborn")
+    assert again["TrainingJobStatus"] == "InProgress"
+    assert "TrainingStartTime" not in again or again["TrainingStartTime"] > old["TrainingEndTime"]
+    new = wait_for(client, "reborn", {"Completed", "Failed", "Stopped"})
+    assert new["TrainingJobStatus"] == "Completed", new.get("FailureReason")
+    assert new["TrainingStartTime"] > old["TrainingEndTime"]
+    streams = logs.describe_log_streams(
+        logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="reborn/"
+    )["logStreams"]
+    assert len(streams) == 1
+    events = logs.get_log_events(
+        logGroupName="/aws/sagemaker/TrainingJobs",
+        logStreamName=streams[0]["logStreamName"],
+        startFromHead=True,
+    )["events"]
+    lines = [event["message"] for event in events]
+    assert "second life" in lines and "first life" not in lines
+
+
+def test_names_that_differ_only_in_case_are_one_job(server: DockyardServer) -> None:
+    # Issue 12: HoldCap and holdcap were two jobs with one (lower-cased) ARN, and one's
+    # end freed the other's capacity lease.
+    client = server.client()
+    arn = client.create_training_job(**job_request("HoldCap", "pass"))["TrainingJobArn"]
+    assert arn.endswith(":training-job/holdcap")
+    for name in ("holdcap", "HOLDCAP", "holdCap"):
+        with pytest.raises(client.exceptions.ResourceInUse) as refused:
+            client.create_training_job(**job_request(name, "pass"))
+        assert arn in refused.value.response["Error"]["Message"]
+    listed = client.list_training_jobs(NameContains="holdcap", MaxResults=100)
+    assert [j["TrainingJobName"] for j in listed["TrainingJobSummaries"]] == ["HoldCap"]
+
+
 def test_a_failing_job_reports_its_failure_file(server: DockyardServer) -> None:
     code = """
         import os, pathlib, sys

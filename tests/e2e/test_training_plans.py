@@ -159,6 +159,12 @@ def test_an_offering_is_bought_once_and_names_are_unique(manual_server: Dockyard
             TrainingPlanName="once", TrainingPlanOfferingId=other["TrainingPlanOfferingId"]
         )
     assert "already exists" in str(excinfo.value)
+    # Names are unique regardless of case, as job names are (issue 12).
+    with pytest.raises(client.exceptions.ResourceInUse) as excinfo:
+        client.create_training_plan(
+            TrainingPlanName="ONCE", TrainingPlanOfferingId=other["TrainingPlanOfferingId"]
+        )
+    assert "already exists" in str(excinfo.value)
     with pytest.raises(client.exceptions.ResourceNotFound):
         client.create_training_plan(TrainingPlanName="ghost", TrainingPlanOfferingId="tpo-nope")
     with pytest.raises(client.exceptions.ResourceNotFound):

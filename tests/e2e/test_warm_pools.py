@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from tests.e2e.plan_helpers import settle
 from tests.e2e.test_service_quotas import aws, quota_codes
 from tests.e2e.test_training_jobs import job_request, script_job, wait_for
-from tests.harness import GATE, WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
+from tests.harness import GATE, UID, WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
 
 KEEP = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10}
 
@@ -87,7 +87,7 @@ def wait_warm(client: Any, name: str, status: str, server: DockyardServer) -> di
 
 
 def cache_dir(server: DockyardServer, first_job: str) -> Path:
-    homes = list((server.data_dir / "instances").glob(f"*-{first_job}/algo-1"))
+    homes = list((server.data_dir / "instances").glob(f"*-{first_job}-{UID}/algo-1"))
     assert len(homes) == 1
     return homes[0] / "opt" / "ml" / "sagemaker" / "warmpoolcache"
 
@@ -269,7 +269,7 @@ def test_which_endings_keep_a_pool(manual_server: DockyardServer) -> None:
     while client.describe_training_job(TrainingJobName="infra")["SecondaryStatus"] != "Training":
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    home = next((server.data_dir / "instances").glob("*-infra/algo-1"))
+    home = next((server.data_dir / "instances").glob(f"*-infra-{UID}/algo-1"))
     state = json.loads((home / "state.json").read_text())
     os.kill(int((home / "agent.pid").read_text()), signal.SIGKILL)
     os.killpg(int(state["pid"]), signal.SIGKILL)
@@ -411,7 +411,7 @@ def test_a_pool_survives_a_server_crash(manual_server: DockyardServer) -> None:
 
 
 def run_state(server: DockyardServer, name: str) -> dict[str, Any]:
-    run = next((server.data_dir / "instances").glob(f"*-{name}/algo-1"))
+    run = next((server.data_dir / "instances").glob(f"*-{name}-{UID}/algo-1"))
     return dict(json.loads((run / "state.json").read_text()))
 
 
@@ -467,7 +467,7 @@ def test_quota_zero_keeps_nothing_until_an_increase_is_approved(
     job = wait_warm(client, "unkept", "Terminated", server)
     assert job["WarmPoolStatus"].get("ResourceRetainedBillableTimeInSeconds", 0) == 0
     # The instance went: nothing runs for it any more.
-    home = next((server.data_dir / "instances").glob("*-unkept/algo-1"))
+    home = next((server.data_dir / "instances").glob(f"*-unkept-{UID}/algo-1"))
     pid = int((home / "agent.pid").read_text())
     deadline = time.monotonic() + 30
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
