@@ -155,34 +155,17 @@ class Dispatcher:
             # Validate first, so a bad request says what is wrong even where the
             # operation itself is not implemented yet.
             params = parse_input(op_model.input_shape, self._decode(body))
-            # Before the handler lookup: a key's policy answers even for an operation
-            # dockyard does not implement, as IAM would answer before the service does.
-            if key.policy is not None:
-                authorise(
-                    key.policy,
-                    service.signing_name,
-                    name,
-                    signed.region,
-                    key.account_id,
-                    params,
-                    access_key_id=key.access_key_id,
-                )
-            handler = service.handlers.get(name)
-            if handler is None:
-                raise ApiError(
-                    "NotImplementedException",
-                    f"dockyard does not implement {target_header} yet. It implements: "
-                    + ", ".join(sorted(service.handlers)),
-                )
-            ctx = RequestContext(
-                state=self.state,
-                account_id=key.account_id,
-                region=signed.region,
-                access_key_id=key.access_key_id,
-                policy=key.policy,
-                request_id=request_id,
+            result = self._invoke(
+                service,
+                name,
+                target_header,
+                "NotImplementedException",
+                signed,
+                key,
+                params,
+                request_id,
+                checked=True,
             )
-            result = handler(ctx, params)
             payload = serialise_output(op_model.output_shape, result)
             return Response(200, json.dumps(payload).encode(), request_id, operation, "OK")
         except sigv4.AuthError as exc:
@@ -243,21 +226,52 @@ class Dispatcher:
             raise ApiError("ValidationError", str(exc)) from exc
         params = parse_input(op_model.input_shape, decoded)
         # GetCallerIdentity needs no permission on AWS; everything else obeys the key.
-        if key.policy is not None and action != "GetCallerIdentity":
+        result = self._invoke(
+            service,
+            action,
+            operation,
+            "NotImplemented",
+            signed,
+            key,
+            params,
+            request_id,
+            checked=action != "GetCallerIdentity",
+        )
+        namespace = str(service.model.metadata.get("xmlNamespace", ""))
+        document = query.encode(op_model, namespace, result, request_id)
+        return Response(200, document, request_id, operation, "OK", "text/xml")
+
+    def _invoke(
+        self,
+        service: ServiceTarget,
+        name: str,
+        label: str,
+        not_implemented: str,
+        signed: Any,
+        key: Any,
+        params: dict[str, Any],
+        request_id: str,
+        *,
+        checked: bool,
+    ) -> Any:
+        """Run a validated operation as the key's account: its policy first (before the
+        handler lookup: IAM answers even for an operation dockyard does not implement,
+        as it would before the service does), then the handler."""
+        if checked and key.policy is not None:
             authorise(
                 key.policy,
                 service.signing_name,
-                action,
+                name,
                 signed.region,
                 key.account_id,
                 params,
                 access_key_id=key.access_key_id,
             )
-        handler = service.handlers.get(action)
+        handler = service.handlers.get(name)
         if handler is None:
             raise ApiError(
-                "NotImplemented",
-                f"dockyard does not implement {operation} yet. It implements: "
+                not_implemented,
+                f"dockyard does not implement {label} yet. It implements: "
                 + ", ".join(sorted(service.handlers)),
             )
         ctx = RequestContext(
@@ -268,10 +282,7 @@ class Dispatcher:
             policy=key.policy,
             request_id=request_id,
         )
-        result = handler(ctx, params)
-        namespace = str(service.model.metadata.get("xmlNamespace", ""))
-        document = query.encode(op_model, namespace, result, request_id)
-        return Response(200, document, request_id, operation, "OK", "text/xml")
+        return handler(ctx, params)
 
     @staticmethod
     def _route(target_header: str) -> tuple[ServiceTarget, str]:
