@@ -98,9 +98,6 @@ def build(settings: Settings) -> Server:
     db = open_database(settings)
     protect_from_oom_killer()
     report_sandbox(settings)
-    if not settings.s3_endpoint_url:
-        # A new server has its jobs' bucket, so the README's examples run as written.
-        (Path(settings.data_dir) / "s3" / DEFAULT_BUCKET).mkdir(parents=True, exist_ok=True)
     clock = make_clock(settings.clock)
     if isinstance(clock, ManualClock):
         # Resume where the manual clock had got to; it never goes back.
@@ -141,6 +138,8 @@ def build(settings: Settings) -> Server:
         # The embedded S3 service, on the same endpoint (docs/s3.md).
         gateway = S3Gateway(Path(settings.data_dir), settings.resolved_database_url)
         gateway.start()
+        # A new server has its jobs' bucket, so the README's examples run as written.
+        (gateway.store / DEFAULT_BUCKET).mkdir(exist_ok=True)
         state.s3_store = BucketStore(gateway.store, development.account_id)
         state.s3 = S3Front(state, state.s3_store, gateway.socket)
     return Server(state=state, app=create_app(state), development=development, gateway=gateway)

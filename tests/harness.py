@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -160,17 +161,25 @@ class DockyardServer:
 
     def new_account(self, name: str) -> tuple[str, tuple[str, str]]:
         """Create an account and a key with the operator CLI; returns (account id, key)."""
-        extra = ["--database-url", self.database_url] if self.database_url else []
-        out = run_cli("accounts", "create", name, *extra, data_dir=self.data_dir).stdout
-        account_id = out.split()[2]
-        out = run_cli(
-            "keys", "create", "--account", account_id, *extra, data_dir=self.data_dir
-        ).stdout
-        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-        return account_id, (
-            fields["aws_access_key_id"].strip(),
-            fields["aws_secret_access_key"].strip(),
-        )
+        out = run_cli("accounts", "create", name, *self._database, data_dir=self.data_dir)
+        account_id = out.stdout.split()[2]
+        return account_id, self.new_key(account_id)
+
+    def new_key(self, account_id: str, policy: str | None = None) -> tuple[str, str]:
+        """A key of the account made with the operator CLI (`dockyard keys create`), with
+        an IAM-style policy (its JSON text) when one is given."""
+        extra = list(self._database)
+        if policy is not None:
+            file = self.data_dir.parent / f"policy-{uuid.uuid4().hex}.json"
+            file.write_text(policy)
+            extra += ["--policy", str(file)]
+        out = run_cli("keys", "create", "--account", account_id, *extra, data_dir=self.data_dir)
+        fields = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+        return fields["aws_access_key_id"].strip(), fields["aws_secret_access_key"].strip()
+
+    @property
+    def _database(self) -> tuple[str, ...]:
+        return ("--database-url", self.database_url) if self.database_url else ()
 
 
 # Inside a job: a file the test creates (`open_gate`) to let a waiting job go on. The job

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from dockyard.services.errors import ServiceError
 log = logging.getLogger("dockyard.api")
 
 CONTENT_TYPE = "application/x-amz-json-1.1"
+# Enforced by the app before a body is read (api/app.py), so never past the limit.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 READ_ONLY_PREFIXES = ("Describe", "List", "Get")
 
@@ -79,14 +79,15 @@ def _error(
     return Response(status, body, request_id, operation, code)
 
 
-_SCOPE = re.compile(r"Credential=[^/,\s]+/[^/]+/[^/]+/([^/]+)/aws4_request")
-
-
-def _scope_service(headers: Sequence[tuple[str, str]]) -> str:
-    """The service a request's SigV4 credential scope names, read before verifying."""
+def _protocol(headers: Sequence[tuple[str, str]]) -> tuple[str, bool]:
+    """The request's X-Amz-Target, and whether it is the query protocol (no target,
+    signed for STS or IAM), whose errors are XML."""
+    target = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
+    if target:
+        return target, False
     authorization = next((v for k, v in headers if k.lower() == "authorization"), "")
-    match = _SCOPE.search(authorization)
-    return match.group(1) if match else ""
+    scope = sigv4.credential_scope(authorization)
+    return target, scope is not None and scope[1] in query_targets()
 
 
 class Dispatcher:
@@ -114,13 +115,9 @@ class Dispatcher:
     ) -> Response:
         request_id = str(uuid.uuid4())
         operation = "-"
-        target_header = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
-        # No target, signed for STS or IAM: the query protocol, whose errors are XML.
-        xml = not target_header and _scope_service(headers) in query_targets()
+        target_header, xml = _protocol(headers)
         try:
             operation = target_header or "-"
-            if len(body) > MAX_BODY_BYTES:
-                return self.too_large(headers)
             record_box: list[Any] = []
 
             def secret_for(access_key_id: str) -> str | None:
@@ -192,8 +189,7 @@ class Dispatcher:
     def too_large(self, headers: Sequence[tuple[str, str]]) -> Response:
         """The answer to a body over the limit, which is never read past it (nor is
         anything of it authenticated first)."""
-        target = next((v for k, v in headers if k.lower() == "x-amz-target"), "")
-        xml = not target and _scope_service(headers) in query_targets()
+        target, xml = _protocol(headers)
         return _error(
             str(uuid.uuid4()),
             target or "-",

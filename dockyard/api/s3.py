@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from dockyard.api import sigv4
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.services import buckets
@@ -37,7 +37,6 @@ log = logging.getLogger("dockyard.api.s3")
 # One line per proxied request is the gateway's business, not the server log's.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
-_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
 # Not passed on: connection-level headers, and Expect (uvicorn already answered it).
 _HOP = frozenset(
     {
@@ -59,10 +58,9 @@ _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 def signing_service(request: Request) -> tuple[str, str] | None:
     """(access key id, service) from a SigV4 Authorization header or presigned query."""
-    header = request.headers.get("authorization", "")
-    match = _CREDENTIAL.search(header)
-    if match:
-        return match.group(1), match.group(2)
+    found = sigv4.credential_scope(request.headers.get("authorization", ""))
+    if found:
+        return found
     credential = request.query_params.get("X-Amz-Credential", "")
     parts = credential.split("/")
     if len(parts) == 5 and parts[4] == "aws4_request":
@@ -109,8 +107,7 @@ class S3Front:
     def __init__(self, state: ServerState, store: buckets.BucketStore, socket: Path):
         self.state = state
         self.socket = socket
-        self.store = store.root
-        self.default_owner = store.default_owner
+        self.store = store
         self.keys = KeyCache(state.db, state.box)
         self._client: httpx.AsyncClient | None = None
 
@@ -130,11 +127,11 @@ class S3Front:
 
     def _owner(self, bucket: str) -> str | None:
         with self.state.db.read_session() as session:
-            return buckets.owner(session, bucket, self.store, self.default_owner)
+            return buckets.owner(session, bucket, self.store)
 
     def _owned(self, account_id: str) -> set[str]:
         with self.state.db.read_session() as session:
-            return buckets.owned(session, account_id, self.store, self.default_owner)
+            return buckets.owned(session, account_id, self.store)
 
     def _claim(self, bucket: str, account_id: str) -> bool:
         with self.state.db.session() as session:

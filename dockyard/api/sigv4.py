@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 ALGORITHM = "AWS4-HMAC-SHA256"
 _AUTH_PART = re.compile(r"(Credential|SignedHeaders|Signature)=([^,\s]+)")
 _SPACES = re.compile(r"\s+")
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
 
 
 class AuthError(Exception):
@@ -46,6 +47,13 @@ class SignedRequest:
     @property
     def scope(self) -> str:
         return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+def credential_scope(authorization: str) -> tuple[str, str] | None:
+    """(access key id, service) that an Authorization header claims, read before it is
+    verified: to choose who verifies it (S3, the query or the JSON protocol)."""
+    match = _CREDENTIAL.search(authorization)
+    return (match.group(1), match.group(2)) if match else None
 
 
 def parse_authorization(header: str | None) -> SignedRequest:

@@ -36,8 +36,7 @@ from dockyard.domain.job_paths import sdk_string
 
 app = typer.Typer(help="Training jobs: run a script, follow it, read its logs, stop it.")
 
-JOBS_BUCKET = DEFAULT_BUCKET
-DEFAULT_OUTPUT = f"s3://{JOBS_BUCKET}/output"
+DEFAULT_OUTPUT = f"s3://{DEFAULT_BUCKET}/output"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 POLL_SECONDS = 0.5
@@ -116,31 +115,31 @@ def upload_source(
     """
     key = f"code/{name}/source.tar.gz"
     if not s3_endpoint_url:
-        pack(directory, Path(data_dir) / "s3" / JOBS_BUCKET / key)
-        return f"s3://{JOBS_BUCKET}/{key}"
+        pack(directory, Path(data_dir) / "s3" / DEFAULT_BUCKET / key)
+        return f"s3://{DEFAULT_BUCKET}/{key}"
     s3 = _s3_client(s3_endpoint_url)
     try:
-        s3.create_bucket(Bucket=JOBS_BUCKET)
+        s3.create_bucket(Bucket=DEFAULT_BUCKET)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in (
             "BucketAlreadyOwnedByYou",
             "BucketAlreadyExists",
         ):
-            raise fail(f"cannot create bucket {JOBS_BUCKET}: {exc}") from exc
+            raise fail(f"cannot create bucket {DEFAULT_BUCKET}: {exc}") from exc
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "source.tar.gz"
         pack(directory, archive)
         try:
-            s3.upload_file(str(archive), JOBS_BUCKET, key)
+            s3.upload_file(str(archive), DEFAULT_BUCKET, key)
         except (ClientError, BotoCoreError) as exc:
             raise fail(f"cannot upload the code to {s3_endpoint_url}: {exc}") from exc
-    return f"s3://{JOBS_BUCKET}/{key}"
+    return f"s3://{DEFAULT_BUCKET}/{key}"
 
 
 def _ensure_output_bucket(data_dir: Path, output: str) -> None:
     bucket, _ = _split_s3(output)
     path = Path(data_dir) / "s3" / bucket
-    if bucket == JOBS_BUCKET:
+    if bucket == DEFAULT_BUCKET:
         path.mkdir(parents=True, exist_ok=True)
     elif not path.is_dir():
         raise fail(f"no bucket {bucket!r} in the server's local S3; create it: mkdir -p {path}")

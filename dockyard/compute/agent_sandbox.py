@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,14 +272,10 @@ class Confinement:
 
 
 def uv_binary() -> str:
-    """The uv dockyard depends on (the `uv` package's binary), else one on PATH."""
-    try:
-        from uv import find_uv_bin
+    """The uv dockyard depends on: the `uv` package's binary."""
+    from uv import find_uv_bin
 
-        found: str | None = find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        beside = Path(sys.executable).parent / "uv"
-        found = str(beside) if beside.exists() else shutil.which("uv")
-    if not found:
-        raise ConfinementError("InternalServerError: uv is not installed beside dockyard")
-    return os.path.realpath(found)
+    try:
+        return os.path.realpath(find_uv_bin())
+    except FileNotFoundError as exc:
+        raise ConfinementError("InternalServerError: uv is not installed beside dockyard") from exc

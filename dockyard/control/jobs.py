@@ -38,6 +38,10 @@ ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 STOP_GRACE_SECONDS = 10
 
 
+def _instance_key(job: TrainingJob) -> str:
+    return rules.instance_key(job.account_id, job.region, job.name, job.uid)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -110,7 +114,7 @@ class JobsReconciler:
             specs = runtime.get("specs") or self._host_specs(job, runtime)
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
-        key = rules.instance_key(job.account_id, job.region, job.name, job.uid)
+        key = _instance_key(job)
         home = str(runtime.get("home") or key)
         if home == key:
             handles = self.backend.launch(key, specs)
@@ -166,7 +170,7 @@ class JobsReconciler:
                 )
                 job.runtime = {
                     "placement": {"pool": pool.key, "az": pool.availability_zone},
-                    "home": rules.instance_key(job.account_id, job.region, job.name, job.uid),
+                    "home": _instance_key(job),
                     # On the control plane's clock: a warm pool's 28 days count from here.
                     "placed_at": now.isoformat(),
                 }
@@ -194,7 +198,7 @@ class JobsReconciler:
         job.runtime = {
             **job.runtime,
             "placement": placement,
-            "home": rules.instance_key(job.account_id, job.region, job.name, job.uid),
+            "home": _instance_key(job),
             "placed_at": job.runtime.get("placed_at") or now.isoformat(),
         }
         if attempt > 1:

@@ -30,22 +30,22 @@ class BucketStore:
     default_owner: str
 
 
-def owner(session: Session, name: str, store: Path, default_owner: str) -> str | None:
+def owner(session: Session, name: str, store: BucketStore) -> str | None:
     """The bucket's account; None when there is no such bucket."""
     found = session.scalar(select(Bucket.account_id).where(Bucket.name == name))
     if found is not None:
         return str(found)
-    if name not in ("", ".", "..") and "/" not in name and (store / name).is_dir():
-        return default_owner
+    if name not in ("", ".", "..") and "/" not in name and (store.root / name).is_dir():
+        return store.default_owner
     return None
 
 
-def owned(session: Session, account_id: str, store: Path, default_owner: str) -> set[str]:
+def owned(session: Session, account_id: str, store: BucketStore) -> set[str]:
     """Every bucket the account owns (a directory without a row is the default owner's)."""
-    rows = dict(session.execute(select(Bucket.name, Bucket.account_id)).tuples().all())
-    names = {name for name, account in rows.items() if account == account_id}
-    if account_id == default_owner and store.is_dir():
-        names |= {p.name for p in store.iterdir() if p.is_dir() and p.name not in rows}
+    names = set(session.scalars(select(Bucket.name).where(Bucket.account_id == account_id)))
+    if account_id == store.default_owner and store.root.is_dir():
+        recorded = set(session.scalars(select(Bucket.name)))
+        names |= {p.name for p in store.root.iterdir() if p.is_dir() and p.name not in recorded}
     return names
 
 
@@ -70,7 +70,7 @@ def check_job_buckets(
     naming another account's is refused, as S3 would refuse the job's requests."""
     for field, uri in s3_locations(params):
         bucket = uri.removeprefix("s3://").split("/", 1)[0]
-        found = owner(session, bucket, store.root, store.default_owner)
+        found = owner(session, bucket, store)
         if found is not None and found != account_id:
             raise ValidationException(
                 f'{field}: access to the bucket "{bucket}" is denied: it belongs to another '

@@ -26,6 +26,8 @@ from tests.harness import REPO, DockyardServer
 
 BLOCK = re.compile(r"(?:<!--([^>]*)-->\n)?```(\w*)\n(.*?)```", re.S)
 MARK = "@@dockyard-doc-block "
+# SDK v3 needs a newer boto3 than dockyard pins: `make test` installs it into a venv of
+# its own (Makefile, tests/sdk/v3-requirements.txt).
 SDK_V3_PYTHON = Path(
     os.environ.get("DOCKYARD_TEST_SDK_V3_PYTHON", REPO / ".venv/sdk-v3/bin/python")
 )
@@ -48,6 +50,12 @@ def blocks(markdown: str) -> list[Block]:
         Block(i, m.group(2), m.group(3), (m.group(1) or "").strip())
         for i, m in enumerate(BLOCK.finditer(markdown))
     ]
+
+
+def output_of(document: list[Block], outputs: dict[int, str], needle: str) -> str:
+    """The output of the one run block whose code holds `needle`."""
+    (index,) = [b.index for b in document if b.runs and needle in b.code]
+    return outputs[index]
 
 
 def script(document: list[Block]) -> str:

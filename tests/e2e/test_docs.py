@@ -12,11 +12,11 @@ from tests.e2e import doc_blocks
 from tests.harness import REPO, DockyardServer
 
 SDK_DOC = (REPO / "docs/sdk.md").read_text()
+BLOCKS = doc_blocks.blocks(SDK_DOC)
 
 
 def output_of(outputs: dict[int, str], needle: str) -> str:
-    (index,) = [b.index for b in doc_blocks.blocks(SDK_DOC) if b.runs and needle in b.code]
-    return outputs[index]
+    return doc_blocks.output_of(BLOCKS, outputs, needle)
 
 
 @pytest.mark.skipif(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.harness import DockyardServer, run_cli
+from tests.harness import DockyardServer
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_a_role_of_the_account_trusts_sagemaker(server: DockyardServer) -> None:
     assert error.value.response["Error"]["Code"] == "NotImplemented"
 
 
-def test_simulation_answers_from_the_keys_policy(server: DockyardServer, tmp_path: Path) -> None:
+def test_simulation_answers_from_the_keys_policy(server: DockyardServer) -> None:
     account_id, key = server.new_account("identity-c")
     iam = server.client("iam", key=key)
     actions = ["sagemaker:CreateTrainingJob", "sagemaker:DeleteTrainingJob", "s3:GetObject"]
@@ -64,8 +64,8 @@ def test_simulation_answers_from_the_keys_policy(server: DockyardServer, tmp_pat
         PolicySourceArn=f"arn:aws:iam::{account_id}:role/x", ActionNames=actions
     )
     assert {r["EvalDecision"] for r in free["EvaluationResults"]} == {"allowed"}
-    policy = tmp_path / "policy.json"
-    policy.write_text(
+    limited = server.new_key(
+        account_id,
         json.dumps(
             {
                 "Version": "2012-10-17",
@@ -74,19 +74,8 @@ def test_simulation_answers_from_the_keys_policy(server: DockyardServer, tmp_pat
                     {"Effect": "Deny", "Action": "sagemaker:DeleteTrainingJob", "Resource": "*"},
                 ],
             }
-        )
+        ),
     )
-    out = run_cli(
-        "keys",
-        "create",
-        "--account",
-        account_id,
-        "--policy",
-        str(policy),
-        data_dir=server.data_dir,
-    ).stdout
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    limited = (fields["aws_access_key_id"].strip(), fields["aws_secret_access_key"].strip())
     results = server.client("iam", key=limited).simulate_principal_policy(
         PolicySourceArn=f"arn:aws:iam::{account_id}:role/x", ActionNames=actions
     )["EvaluationResults"]
@@ -96,25 +85,15 @@ def test_simulation_answers_from_the_keys_policy(server: DockyardServer, tmp_pat
         "s3:GetObject": "implicitDeny",
     }
     # GetCallerIdentity needs no permission, as on AWS; other IAM calls obey the key.
-    policy.write_text(
+    narrow = server.new_key(
+        account_id,
         json.dumps(
             {
                 "Version": "2012-10-17",
                 "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}],
             }
-        )
+        ),
     )
-    out = run_cli(
-        "keys",
-        "create",
-        "--account",
-        account_id,
-        "--policy",
-        str(policy),
-        data_dir=server.data_dir,
-    ).stdout
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    narrow = (fields["aws_access_key_id"].strip(), fields["aws_secret_access_key"].strip())
     assert server.client("sts", key=narrow).get_caller_identity()["Account"] == account_id
     with pytest.raises(ClientError) as error:
         server.client("iam", key=narrow).get_role(RoleName="x")

@@ -67,18 +67,6 @@ def job_request(name: str, keep_alive: int | None = None, account_id: str = "") 
     }
 
 
-def key_with_policy(
-    server: DockyardServer, account_id: str, policy: str, tmp_path: Path
-) -> tuple[str, str]:
-    file = tmp_path / "policy.json"
-    file.write_text(policy)
-    out = run_cli(
-        "keys", "create", "--account", account_id, "--policy", str(file), data_dir=server.data_dir
-    ).stdout
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return fields["aws_access_key_id"].strip(), fields["aws_secret_access_key"].strip()
-
-
 @pytest.fixture
 def account(
     policy_server: DockyardServer, request: pytest.FixtureRequest
@@ -110,7 +98,7 @@ def test_seed_policy_limits_keep_alive(
     policy_server: DockyardServer, account: tuple[str, Any], tmp_path: Path
 ) -> None:
     account_id, _ = account
-    key = key_with_policy(policy_server, account_id, SEED_POLICY, tmp_path)
+    key = policy_server.new_key(account_id, SEED_POLICY)
     client = policy_server.client(key=key)
 
     error = denied(
@@ -138,7 +126,7 @@ def test_deny_statement_beats_allow_everything(
     policy_server: DockyardServer, account: tuple[str, Any], tmp_path: Path
 ) -> None:
     account_id, _ = account
-    key = key_with_policy(policy_server, account_id, json.dumps(DENY_LONG_KEEP_ALIVE), tmp_path)
+    key = policy_server.new_key(account_id, json.dumps(DENY_LONG_KEEP_ALIVE))
     client = policy_server.client(key=key)
 
     error = denied(
@@ -168,7 +156,7 @@ def test_resource_and_region_conditions(
             "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}},
         },
     }
-    key = key_with_policy(policy_server, account_id, json.dumps(policy), tmp_path)
+    key = policy_server.new_key(account_id, json.dumps(policy))
     client = policy_server.client(key=key)
 
     # Allowed, so the request reaches the service, which has no such job.
@@ -227,7 +215,7 @@ def test_keys_ls_shows_which_keys_have_a_policy(
     policy_server: DockyardServer, account: tuple[str, Any], tmp_path: Path
 ) -> None:
     account_id, _ = account
-    key = key_with_policy(policy_server, account_id, SEED_POLICY, tmp_path)
+    key = policy_server.new_key(account_id, SEED_POLICY)
     listed = run_cli("keys", "ls", "--account", account_id, data_dir=policy_server.data_dir)
     line = next(line for line in listed.stdout.splitlines() if key[0] in line)
     assert "yes" in line

@@ -15,9 +15,7 @@ BLOCKS = doc_blocks.blocks(README)
 
 
 def output_of(outputs: dict[int, str], needle: str) -> str:
-    """The output of the one run block whose code holds `needle`."""
-    (index,) = [b.index for b in BLOCKS if b.runs and needle in b.code]
-    return outputs[index]
+    return doc_blocks.output_of(BLOCKS, outputs, needle)
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,12 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.doc_blocks import SDK_V3_PYTHON
 from tests.e2e.plan_helpers import search, set_clock, tomorrow_at
 from tests.harness import DockyardServer, run_cli
 
 pytest.importorskip("sagemaker", reason="the SageMaker SDK is a test dependency")
 
-# SDK v3 needs a newer boto3 than dockyard pins: `make test` installs it into a venv of
-# its own (Makefile, tests/sdk/v3-requirements.txt).
-SDK_V3_PYTHON = Path(
-    os.environ.get(
-        "DOCKYARD_TEST_SDK_V3_PYTHON", Path(__file__).parents[2] / ".venv/sdk-v3/bin/python"
-    )
-)
 
 TRAIN_PY = """
 import argparse, os

@@ -278,11 +278,7 @@ def test_budget_and_quota(limited_server: DockyardServer) -> None:
     from tests.harness import run_cli
 
     run_cli("accounts", "create", "small", "--id", "111122223333", data_dir=server.data_dir)
-    out = run_cli("keys", "create", "--account", "111122223333", data_dir=server.data_dir).stdout
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    small = server.client(
-        key=(fields["aws_access_key_id"].strip(), fields["aws_secret_access_key"].strip())
-    )
+    small = server.client(key=server.new_key("111122223333"))
 
     offering = search(small, InstanceType=P5, InstanceCount=1, DurationHours=24)[0]
     assert float(offering["UpfrontFee"]) > 1000
