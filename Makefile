@@ -8,6 +8,10 @@ TEST_STAMP := $(VENV)/.installed-test
 # The SageMaker SDK v3 wants a newer boto3 than dockyard pins: a venv of its own.
 SDK3 := $(VENV)/sdk-v3
 SDK3_STAMP := $(SDK3)/.installed
+# Every module compiled to bytecode ahead of time: a Python that may not write it (as
+# with PYTHONDONTWRITEBYTECODE) would otherwise compile SQLAlchemy & co. from source on
+# each start of the server, an agent or a CLI command - seconds, not a fraction of one.
+COMPILED := $(VENV)/.compiled
 
 .PHONY: run test bench lint clean sandbox
 
@@ -25,8 +29,13 @@ $(TEST_STAMP): $(STAMP)
 
 $(SDK3_STAMP): tests/sdk/v3-requirements.txt | $(BIN)/python
 	$(BIN)/uv venv --quiet --allow-existing --python $(BIN)/python $(SDK3)
-	$(BIN)/uv pip install --python $(SDK3)/bin/python --quiet -r tests/sdk/v3-requirements.txt
+	$(BIN)/uv pip install --python $(SDK3)/bin/python --quiet --compile-bytecode \
+	  -r tests/sdk/v3-requirements.txt
 	touch $(SDK3_STAMP)
+
+$(COMPILED): $(STAMP) $(wildcard $(TEST_STAMP))
+	-$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
+	touch $(COMPILED)
 
 # The job sandbox's tools (docs/security.md), from Debian's packages when missing.
 SANDBOX_TOOLS := bwrap slirp4netns setpriv nsenter ip
@@ -47,16 +56,19 @@ sandbox:
 	  fi; \
 	fi
 
-run: $(STAMP) sandbox
+run: $(STAMP) $(COMPILED) sandbox
+	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/dockyard serve $(ARGS)
 
 # End-to-end tests mostly wait on servers and jobs: two workers halve the wall time.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) $(SDK3_STAMP) sandbox
+test: $(TEST_STAMP) $(SDK3_STAMP) $(COMPILED) sandbox
+	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 
-bench: $(TEST_STAMP) sandbox
+bench: $(TEST_STAMP) $(COMPILED) sandbox
+	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/python -m bench $(ARGS)
 
 lint: $(TEST_STAMP)

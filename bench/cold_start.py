@@ -32,9 +32,9 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
+from bench.saved import save
 from dockyard.compute.local import end_agents
 
-RESULTS_FILE = Path(__file__).resolve().parent / "results" / "cold_start.json"
 CODE = b"print('first line', flush=True)\n"
 
 
@@ -68,7 +68,7 @@ def _archive(requirements: str | None) -> bytes:
 
 
 def _first_line_at(data_dir: Path, name: str, deadline: float) -> float:
-    pattern = f"*-{name}/algo-1/logs/output.jsonl"
+    pattern = f"*-{name}-{'?' * 16}/algo-1/logs/output.jsonl"  # <key>-<name>-<uid>
     while time.monotonic() < deadline:
         for path in (data_dir / "instances").glob(pattern):
             text = path.read_text()
@@ -211,7 +211,5 @@ def run(quick: bool = False) -> bool:
         f"{warm_p50 / floor:.1f}x bare python (goal <= 3x); cold/warm = "
         f"{cold_p50 / warm_p50:.0f}x (goal >= 20x)"
     )
-    RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS_FILE.write_text(json.dumps({k: v for k, v in rows.items()}, indent=2))
-    console.print(f"results: {RESULTS_FILE}")
+    save("cold_start", rows, console)
     return warm_p50 <= 3 * floor and cold_p50 >= 20 * warm_p50

@@ -32,6 +32,15 @@ CONTENT_TYPE = "application/x-amz-json-1.1"
 # Enforced by the app before a body is read (api/app.py), so never past the limit.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 READ_ONLY_PREFIXES = ("Describe", "List", "Get")
+# Reads that also read an instance's files (logs, scraped metrics): never on the event
+# loop, where a slow disk or a big read would hold up every other request.
+READS_FILES = frozenset({"GetLogEvents", "DescribeLogStreams", "DescribeTrainingJob"})
+
+
+def reads_only_the_database(target: str) -> bool:
+    """Whether an X-Amz-Target names an operation that only reads the database."""
+    operation = target.rpartition(".")[2]
+    return operation.startswith(READ_ONLY_PREFIXES) and operation not in READS_FILES
 
 
 class ApiError(Exception):
@@ -97,13 +106,13 @@ class Dispatcher:
         self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
         # SQLite reads are page-cache lookups of a few microseconds and never wait on a
         # writer in WAL mode, so read-only operations run on the event loop: handing them
-        # to a worker thread costs more than the read. Everything else (writes, and any
-        # query that crosses a network to PostgreSQL) goes to the thread pool.
+        # to a worker thread costs more than the read. Everything else (writes, reads of
+        # files, and any query that crosses a network to PostgreSQL) goes to the thread
+        # pool.
         self.inline_reads = state.db.dialect == "sqlite"
 
     def runs_inline(self, target: str) -> bool:
-        operation = target.rpartition(".")[2]
-        return self.inline_reads and operation.startswith(READ_ONLY_PREFIXES)
+        return self.inline_reads and reads_only_the_database(target)
 
     def handle(
         self,

@@ -18,12 +18,11 @@ import asyncio
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
-import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -32,6 +31,9 @@ from dockyard.api import sigv4
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.services import buckets
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("dockyard.api.s3")
 # One line per proxied request is the gateway's business, not the server log's.
@@ -113,8 +115,11 @@ class S3Front:
 
     @property
     def client(self) -> httpx.AsyncClient:
-        # Made on first use, inside the server's event loop.
+        # Made on first use, inside the server's event loop; httpx is imported then, not
+        # when the server starts (see `warm_up`).
         if self._client is None:
+            import httpx
+
             self._client = httpx.AsyncClient(
                 transport=httpx.AsyncHTTPTransport(uds=str(self.socket)),
                 timeout=httpx.Timeout(None, connect=10.0),
@@ -145,6 +150,8 @@ class S3Front:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def __call__(self, request: Request) -> Response:
+        import httpx
+
         try:
             response = await self._handle(request)
         except httpx.HTTPError as exc:

@@ -12,7 +12,6 @@ from dockyard.cli.common import DEFAULT_DATA, DataDir, console, fail
 from dockyard.clock import RealClock
 from dockyard.config import load_settings
 from dockyard.secretbox import SecretBox
-from dockyard.server import open_database
 from dockyard.services import accounts as account_service
 from dockyard.services.errors import ServiceError
 
@@ -39,6 +38,10 @@ DatabaseUrl = Annotated[
 
 def _open(data_dir: Path, config: Path | None, database_url: str | None):  # type: ignore[no-untyped-def]
     settings = load_settings(config, data_dir=data_dir, database_url=database_url)
+    # Here, not at the top: every `dockyard` command imports this module, and the server
+    # module brings in all of the API.
+    from dockyard.server import open_database
+
     return settings, open_database(settings)
 
 

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import boto3
 import typer
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -30,6 +29,8 @@ def sagemaker(endpoint_url: str, data_dir: Path, region: str) -> Any:
     )
     if not explicit and credentials.exists():
         os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(credentials.resolve())
+    import boto3  # here: `dockyard serve` needs none of it
+
     session = boto3.session.Session(region_name=region)
     return session.client(
         "sagemaker",

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-import boto3
 import typer
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -95,6 +94,8 @@ def pack(directory: Path, archive: Path) -> int:
 
 def _s3_client(endpoint_url: str) -> Any:
     """The S3 service a server started with --s3-endpoint-url uses (same keys, from env)."""
+    import boto3  # here: `dockyard serve` needs none of it
+
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
@@ -409,6 +410,8 @@ def _logs_client(endpoint_url: str, data_dir: Path, region: str) -> Any:
     # sagemaker() settles which credentials to use (it points boto3 at the data dir's
     # development credentials unless the environment names others); reuse that choice.
     sagemaker(endpoint_url, data_dir, region)
+    import boto3  # here: `dockyard serve` needs none of it
+
     return boto3.session.Session(region_name=region).client(
         "logs",
         endpoint_url=endpoint_url,

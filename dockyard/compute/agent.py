@@ -6,7 +6,9 @@ everything goes through files in ROOT.
 
 In:  `job.json` (a `JobSpec`); `stop` (created to ask for a stop; SIGTERM does the same).
 Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`);
-     `logs/output.jsonl` (one `{"t": epoch_ms, "m": line}` per line the job prints);
+     `logs/output.jsonl` (one `{"t": epoch_ms, "m": line}` per line the job prints)
+     with its index `logs/output.idx` (see `log_index`); `logs/metrics.json` (the latest
+     value of each of the job's MetricDefinitions, scraped as the lines arrive);
      the SageMaker container tree under `ROOT/opt/ml` (see `agent_env`).
 
 Every run of the job's code is confined (`agent_sandbox`): its own sandbox, as an
@@ -46,7 +48,9 @@ from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote, job_message
+from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
+from dockyard.domain.metrics import Scraper
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
 
@@ -57,6 +61,8 @@ IDLE_POLL_SECONDS = 1.0
 MAX_REASON = 1024
 # Long enough for any line a person would read; longer ones are split, not lost.
 MAX_LINE_BYTES = 64 * 1024
+# How often, at most, the metrics file is rewritten while lines keep changing it.
+METRICS_WRITE_SECONDS = 1.0
 
 
 def _iso_now() -> str:
@@ -399,7 +405,7 @@ class Agent:
             return {"phase": None, "failure_reason": str(reason)}
         # The reader first: the job's first line is stamped when it is read.
         assert process.stdout is not None
-        reader = threading.Thread(target=self._stream, args=(process.stdout,), daemon=True)
+        reader = threading.Thread(target=self._stream, args=(process.stdout, spec), daemon=True)
         reader.start()
         self.state.update(
             phase="training",
@@ -444,17 +450,29 @@ class Agent:
         text = (written or b"").decode(errors="replace").strip()
         return text[:MAX_REASON] if text else _describe_exit(code)
 
-    def _stream(self, stream: IO[bytes]) -> None:
+    def _stream(self, stream: IO[bytes], spec: JobSpec) -> None:
         first = True
-        with open(self.layout.log_file, "ab") as log:
-            for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
-                line = raw.decode("utf-8", errors="replace").removesuffix("\n")
-                record = {"t": int(wall_now().timestamp() * 1000), "m": line.removesuffix("\r")}
-                log.write(json.dumps(record).encode() + b"\n")
-                log.flush()  # the control plane tails this file while the job runs
-                if first:
-                    first = False
-                    self.state.update(first_output_at=_iso_now())
+        scraper = Scraper(spec.metric_definitions)
+        # A resumed job's stream goes on: so do its metrics.
+        scraper.latest.update(read_metrics(self.layout.metrics_file))
+        written = monotonic()
+        changed = False
+        with LogWriter(self.layout.log_file) as log:
+            try:
+                for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+                    line = raw.decode("utf-8", errors="replace").removesuffix("\n")
+                    line = line.removesuffix("\r")
+                    timestamp = log.write(int(wall_now().timestamp() * 1000), line)
+                    if first:
+                        first = False
+                        self.state.update(first_output_at=_iso_now())
+                    changed = scraper.feed(timestamp, line) or changed
+                    if changed and monotonic() - written >= METRICS_WRITE_SECONDS:
+                        write_metrics(self.layout.metrics_file, scraper.latest)
+                        written, changed = monotonic(), False
+            finally:
+                if scraper.patterns:
+                    write_metrics(self.layout.metrics_file, scraper.latest)
 
 
 def main(argv: list[str] | None = None) -> int:

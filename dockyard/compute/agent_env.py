@@ -132,7 +132,12 @@ class Layout:
 
     @property
     def log_file(self) -> Path:
-        return self.run_dir / "logs" / "output.jsonl"
+        return self.run_dir / "logs" / "output.jsonl"  # and its index (see log_index)
+
+    @property
+    def metrics_file(self) -> Path:
+        # MetricDefinitions' latest values, {name: [value, epoch ms]}, as lines arrive.
+        return self.run_dir / "logs" / "metrics.json"
 
     # ... and the instance's: its process, and how a warm pool is handed its next job.
     @property

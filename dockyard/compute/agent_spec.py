@@ -50,6 +50,8 @@ class JobSpec:
     # ResourceConfig.KeepAlivePeriodInSeconds: > 0 keeps the instance after the job (a
     # warm pool candidate): the agent waits for the next job or its release.
     keep_alive_seconds: int = 0
+    # AlgorithmSpecification.MetricDefinitions: scraped from the lines as they are written.
+    metric_definitions: list[dict[str, Any]] = field(default_factory=list)
     # 1, or the attempt of a job on a training plan resumed in a later block (fresh
     # instances: its checkpoints come back from S3).
     attempt: int = 1

@@ -306,6 +306,7 @@ class JobsReconciler:
                 "sandbox": sandbox,
                 "availability_zone": placement["az"],
                 "keep_alive_seconds": keep_alive_seconds(spec),
+                "metric_definitions": algorithm.get("MetricDefinitions") or [],
             }
             for host in hosts
         ]

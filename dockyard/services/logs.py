@@ -4,8 +4,11 @@ SageMaker sends each instance's output to the log group `/aws/sagemaker/Training
 one stream per instance named `<job>/algo-N-<epoch>` (epoch: the job's CreationTime in
 whole seconds). Tools such as `aws logs get-log-events` and the SageMaker SDK's
 `logs=True` read them there, so dockyard answers the same reads straight from each
-instance's `logs/output.jsonl` (one `{"t": epoch ms, "m": line}` per line) instead of
-copying lines into a store: the files are the record and nothing can drift.
+instance's log and its index (`compute.log_index`) instead of copying lines into a
+store: the files are the record and nothing can drift, and the index makes a read cost
+what it returns. As on CloudWatch, a page holds at most 10,000 events and 1 MB, and a
+FilterLogEvents call searches a bounded amount (8 MB of lines) before it answers with
+what it found and a nextToken to go on from.
 
 Streams are scoped like jobs: only the caller's account's jobs in the request's region.
 The log group always exists (it is created with the first job on AWS; dockyard does
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
+import heapq
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,14 +37,17 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from dockyard.clock import utc
+from dockyard.compute.log_index import LogReader, read_metrics
 from dockyard.domain.jobs import instance_key
+from dockyard.domain.metrics import Latest
 from dockyard.services.errors import ServiceError
 from dockyard.store.tables import TrainingJob
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 DEFAULT_EVENTS_LIMIT = 10000
 DEFAULT_STREAMS_LIMIT = 50
-TAIL_BYTES = 64 * 1024
+MAX_PAGE_BYTES = 1024 * 1024  # CloudWatch's 1 MB of events per response
+SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
 
 JOBS = TrainingJob.__table__
 _SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
@@ -63,12 +71,6 @@ STREAM_NOT_FOUND = "The specified log stream does not exist."
 
 
 @dataclass(frozen=True)
-class Event:
-    timestamp: int
-    message: str
-
-
-@dataclass(frozen=True)
 class Stream:
     name: str
     job_name: str
@@ -86,51 +88,6 @@ def instance_root(
     """Where the local backend runs one instance of a job (see compute.local)."""
     key = instance_key(account_id, region, job_name, uid)
     return Path(data_dir).resolve() / "instances" / key / host
-
-
-def _parse(line: bytes) -> Event | None:
-    try:
-        record = json.loads(line)
-        return Event(int(record["t"]), str(record["m"]))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def read_events(path: Path) -> list[Event]:
-    """Every complete event of a log file, in the order written (time order)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
-    # The last piece is empty or a line the agent is still writing: not an event yet.
-    lines = data.split(b"\n")[:-1]
-    return [event for event in map(_parse, lines) if event is not None]
-
-
-def _first_event(path: Path) -> Event | None:
-    try:
-        with open(path, "rb") as file:
-            line = file.readline()
-    except OSError:
-        return None
-    return _parse(line) if line.endswith(b"\n") else None
-
-
-def _last_event(path: Path) -> Event | None:
-    """The last complete event, read from the file's tail rather than the whole file."""
-    try:
-        with open(path, "rb") as file:
-            size = file.seek(0, 2)
-            file.seek(max(0, size - TAIL_BYTES))
-            tail = file.read()
-    except OSError:
-        return None
-    for line in reversed(tail.split(b"\n")[:-1]):
-        event = _parse(line)
-        if event is not None:
-            return event
-    events = read_events(path) if size > TAIL_BYTES else []
-    return events[-1] if events else None
 
 
 def _hosts(
@@ -232,13 +189,14 @@ def _check_group(params: Mapping[str, Any], account_id: str, region: str) -> Non
         raise ResourceNotFoundException(GROUP_NOT_FOUND)
 
 
-def _in_range(params: Mapping[str, Any]) -> Callable[[Event], bool]:
-    """startTime is inclusive and endTime exclusive, as CloudWatch Logs documents."""
+def _span(log: LogReader, params: Mapping[str, Any]) -> tuple[int, int]:
+    """Positions [lo, hi) in the time range: startTime inclusive and endTime exclusive,
+    as CloudWatch Logs documents."""
     start = params.get("startTime")
     end = params.get("endTime")
-    return lambda event: (
-        (start is None or event.timestamp >= start) and (end is None or event.timestamp < end)
-    )
+    lo = log.first_at(int(start)) if start is not None else 0
+    hi = log.first_at(int(end)) if end is not None else len(log)
+    return lo, max(lo, hi)
 
 
 def _b64(text: str) -> str:
@@ -273,32 +231,80 @@ def _fingerprint(params: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _offset_token(offset: int, params: Mapping[str, Any]) -> str:
-    return _b64(json.dumps({"o": offset, "q": _fingerprint(params)}))
+def _query_token(value: Any, params: Mapping[str, Any]) -> str:
+    """A nextToken carrying where to go on from, good only for the same query."""
+    return _b64(json.dumps({"o": value, "q": _fingerprint(params)}))
 
 
-def _decode_offset(params: Mapping[str, Any]) -> int:
+def _decode_query_token(params: Mapping[str, Any]) -> Any:
     token = params.get("nextToken")
     if not token:
-        return 0
+        return None
     try:
         data = json.loads(_unb64(token))
-        offset = int(data["o"])
-        fingerprint = str(data["q"])
+        value, fingerprint = data["o"], str(data["q"])
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidParameterException("The specified nextToken is not valid.") from exc
-    if offset < 0 or fingerprint != _fingerprint(params):
+    if fingerprint != _fingerprint(params):
         raise InvalidParameterException(
             "The specified nextToken is not valid: it belongs to a different query."
         )
+    return value
+
+
+def _decode_offset(params: Mapping[str, Any]) -> int:
+    offset = _decode_query_token(params)
+    if offset is None:
+        return 0
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidParameterException("The specified nextToken is not valid.")
     return offset
 
 
-def compile_filter(pattern: str | None) -> Callable[[str], bool]:
+def _decode_key(params: Mapping[str, Any]) -> tuple[int, str, int] | None:
+    key = _decode_query_token(params)
+    if key is None:
+        return None
+    valid = (
+        isinstance(key, list)
+        and len(key) == 3
+        and isinstance(key[0], int)
+        and isinstance(key[1], str)
+        and isinstance(key[2], int)
+    )
+    if not valid:
+        raise InvalidParameterException("The specified nextToken is not valid.")
+    return key[0], key[1], key[2]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """The supported subset of the CloudWatch Logs filter syntax: plain terms (all must
+    appear), quoted phrases, and -term exclusions."""
+
+    required: tuple[str, ...] = ()
+    excluded: tuple[str, ...] = ()
+
+    def __call__(self, message: str) -> bool:
+        return all(term in message for term in self.required) and not any(
+            term in message for term in self.excluded
+        )
+
+    def may_match(self, line: bytes) -> bool:
+        """A quick test of a stored line before it is decoded: a message holding a term
+        holds it as the agent encoded it (JSON escaping maps characters one by one)."""
+        return all(term in line for term in self._encoded)
+
+    @property
+    def _encoded(self) -> tuple[bytes, ...]:
+        return tuple(json.dumps(term)[1:-1].encode() for term in self.required)
+
+
+def compile_filter(pattern: str | None) -> Filter:
     """A matcher for the supported subset of the CloudWatch Logs filter syntax."""
     text = (pattern or "").strip()
     if not text or text == '""':
-        return lambda message: True
+        return Filter()
     if text[0] in "{[" or (text.startswith("%") and text.endswith("%") and len(text) > 1):
         raise InvalidParameterException(
             "dockyard supports only plain terms, quoted phrases and -term exclusions in "
@@ -312,10 +318,9 @@ def compile_filter(pattern: str | None) -> Callable[[str], bool]:
         raise InvalidParameterException(
             "dockyard does not support ?term alternatives in filterPattern"
         )
-    required = [term for term in terms if not term.startswith("-") or len(term) == 1]
-    excluded = [term[1:] for term in terms if term.startswith("-") and len(term) > 1]
-    return lambda message: (
-        all(term in message for term in required) and not any(term in message for term in excluded)
+    return Filter(
+        required=tuple(term for term in terms if not term.startswith("-") or len(term) == 1),
+        excluded=tuple(term[1:] for term in terms if term.startswith("-") and len(term) > 1),
     )
 
 
@@ -323,14 +328,16 @@ def compile_filter(pattern: str | None) -> Callable[[str], bool]:
 
 
 def _stream_info(stream: Stream, account_id: str, region: str) -> dict[str, Any]:
-    first = _first_event(stream.path)
-    last = _last_event(stream.path)
+    with LogReader(stream.path) as log:
+        count = len(log)
+        first = log.timestamp(0) if count else None
+        last = log.timestamp(count - 1) if count else None
     return {
         "logStreamName": stream.name,
-        "creationTime": first.timestamp if first else stream.job_created_ms,
-        "firstEventTimestamp": first.timestamp if first else None,
-        "lastEventTimestamp": last.timestamp if last else None,
-        "lastIngestionTime": last.timestamp if last else None,
+        "creationTime": first if first is not None else stream.job_created_ms,
+        "firstEventTimestamp": first,
+        "lastEventTimestamp": last,
+        "lastIngestionTime": last,
         "arn": f"arn:aws:logs:{region}:{account_id}:log-group:{GROUP}:log-stream:{stream.name}",
         "storedBytes": 0,
     }
@@ -369,16 +376,12 @@ def describe_log_streams(
     more = len(streams) > offset + limit
     return {
         "logStreams": infos,
-        "nextToken": _offset_token(offset + limit, params) if more else None,
+        "nextToken": _query_token(offset + limit, params) if more else None,
     }
 
 
-def _event(event: Event) -> dict[str, Any]:
-    return {
-        "timestamp": event.timestamp,
-        "message": event.message,
-        "ingestionTime": event.timestamp,
-    }
+def _event(timestamp: int, message: str) -> dict[str, Any]:
+    return {"timestamp": timestamp, "message": message, "ingestionTime": timestamp}
 
 
 def get_log_events(
@@ -391,38 +394,55 @@ def get_log_events(
     """One page of a stream; positions are event indexes, carried in the tokens.
 
     When nothing is left in the token's direction the same token comes back, which is
-    how `aws logs tail`-style readers and the SDK know they have caught up.
+    how `aws logs tail`-style readers and the SDK know they have caught up. A page
+    reads only its own events (found through the index), at most `limit` and 1 MB.
     """
     _check_group(params, account_id, region)
     stream = _find_stream(connection, data_dir, account_id, region, params["logStreamName"])
-    events = read_events(stream.path)
-    wanted = _in_range(params)
-    indexed = [(i, event) for i, event in enumerate(events) if wanted(event)]
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
-    token = params.get("nextToken")
-    if token:
-        direction, position = _decode_stream_token(token, stream.name, len(events))
-        if direction == "f":
-            chosen = [item for item in indexed if item[0] >= position][:limit]
+    with LogReader(stream.path) as log:
+        lo, hi = _span(log, params)
+        token = params.get("nextToken")
+        if token:
+            direction, position = _decode_stream_token(token, stream.name, len(log))
+        elif params.get("startFromHead", False):
+            direction, position = "f", 0
         else:
-            chosen = [item for item in indexed if item[0] < position][-limit:]
-    elif params.get("startFromHead", False):
-        chosen, position = indexed[:limit], 0
-    else:
-        chosen, position = indexed[-limit:], len(events)
-    forward = chosen[-1][0] + 1 if chosen else position
-    backward = chosen[0][0] if chosen else position
+            direction, position = "b", len(log)
+        if direction == "f":
+            start = max(lo, position)
+            stop = log.fit(start, max(start, min(hi, start + limit)), MAX_PAGE_BYTES)
+        else:
+            stop = min(hi, position)
+            start = log.fit(min(stop, max(lo, stop - limit)), stop, MAX_PAGE_BYTES, from_end=True)
+        events = log.read(start, stop)
+    forward = stop if events else position
+    backward = start if events else position
     return {
-        "events": [_event(event) for _, event in chosen],
+        "events": [_event(event.timestamp, event.message) for event in events],
         "nextForwardToken": _stream_token("f", stream.name, forward),
         "nextBackwardToken": _stream_token("b", stream.name, backward),
     }
 
 
-def _event_id(stream: Stream, index: int, event: Event) -> str:
+def _event_id(stream: Stream, position: int, timestamp: int) -> str:
     """A stable, unique, all-digit id, as AWS's event ids are."""
     stream_hash = int(hashlib.sha256(stream.name.encode()).hexdigest()[:8], 16)
-    return f"{event.timestamp:016d}{stream_hash:010d}{index:012d}"
+    return f"{timestamp:016d}{stream_hash:010d}{position:012d}"
+
+
+def _candidates(
+    log: LogReader, stream: Stream, params: Mapping[str, Any], after: tuple[int, str, int] | None
+) -> Iterator[tuple[int, str, int, bytes]]:
+    """(timestamp, stream, position, raw line) of a stream's events in the time range,
+    after the key a previous page ended at."""
+    lo, hi = _span(log, params)
+    if after is not None:
+        lo = max(lo, log.first_at(after[0]))
+    for timestamp, position, line in log.lines(lo, hi):
+        key = (timestamp, stream.name, position)
+        if after is None or key > after:
+            yield (*key, line)
 
 
 def filter_log_events(
@@ -432,6 +452,10 @@ def filter_log_events(
     region: str,
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
+    """Matching events of every chosen stream in time order (streams merged by name on a
+    tie). A call stops at `limit` events, 1 MB of them, or 8 MB searched, and its
+    nextToken is the (time, stream, position) to go on after, so a page costs what it
+    reads, however many came before it."""
     _check_group(params, account_id, region)
     names = params.get("logStreamNames")
     prefix = params.get("logStreamNamePrefix")
@@ -447,45 +471,58 @@ def filter_log_events(
     else:
         streams = _all_streams(connection, data_dir, account_id, region, prefix or "")
     matches = compile_filter(params.get("filterPattern"))
-    wanted = _in_range(params)
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
-    offset = _decode_offset(params)
-    found = [
-        (event.timestamp, order, index, stream, event)
-        for order, stream in enumerate(streams)
-        for index, event in enumerate(read_events(stream.path))
-        if wanted(event) and matches(event.message)
-    ]
-    found.sort(key=lambda item: item[:3])
-    chosen = found[offset : offset + limit]
-    more = len(found) > offset + limit
+    after = _decode_key(params)
+    by_name = {stream.name: stream for stream in streams}
+    found: list[dict[str, Any]] = []
+    more = False
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(LogReader(stream.path)) for stream in streams]
+        merged = heapq.merge(
+            *(
+                _candidates(log, stream, params, after)
+                for log, stream in zip(logs, streams, strict=True)
+            )
+        )
+        searched = size = 0
+        for timestamp, name, position, line in merged:
+            if len(found) >= limit or size >= MAX_PAGE_BYTES or searched >= SCAN_BYTES:
+                more = True  # an event is left: the next page starts from it
+                break
+            after = (timestamp, name, position)
+            searched += len(line) + 1
+            if not matches.may_match(line):
+                continue
+            event = LogReader.event(timestamp, line)
+            if matches(event.message):
+                found.append(
+                    {
+                        "logStreamName": name,
+                        **_event(timestamp, event.message),
+                        "eventId": _event_id(by_name[name], position, timestamp),
+                    }
+                )
+                size += len(line)
     return {
-        "events": [
-            {
-                "logStreamName": stream.name,
-                **_event(event),
-                "eventId": _event_id(stream, index, event),
-            }
-            for _, _, index, stream, event in chosen
-        ],
+        "events": found,
         "searchedLogStreams": [
-            {"logStreamName": stream.name, "searchedCompletely": True} for stream in streams
+            {"logStreamName": stream.name, "searchedCompletely": not more} for stream in streams
         ],
-        "nextToken": _offset_token(offset + limit, params) if more else None,
+        "nextToken": _query_token(list(after), params) if more and after else None,
     }
 
 
 # ------------------------------------------------------------------ metrics
 
 
-def job_events(
+def job_metrics(
     connection: Connection,
     data_dir: Path | None,
     account_id: str,
     region: str,
     job_name: str,
-) -> list[tuple[int, str]]:
-    """Every instance's events of one job merged in time order, for metric scraping.
+) -> list[Latest]:
+    """Each instance's latest metric values (algo-1 first), as its agent scraped them.
 
     Without a data_dir the instances' root is found from the job's runtime record,
     whose host specs name the data directory's `s3` folder.
@@ -501,16 +538,11 @@ def job_events(
         if not root:
             return []
         data_dir = Path(root).parent
-    merged = [
-        (event.timestamp, order, index, event.message)
-        for order, host in enumerate(_hosts(data_dir, account_id, region, job_name, uid))
-        for index, event in enumerate(
-            read_events(
-                instance_root(data_dir, account_id, region, job_name, uid, host)
-                / "logs"
-                / "output.jsonl"
-            )
+    return [
+        read_metrics(
+            instance_root(data_dir, account_id, region, job_name, uid, host)
+            / "logs"
+            / "metrics.json"
         )
+        for host in _hosts(data_dir, account_id, region, job_name, uid)
     ]
-    merged.sort()
-    return [(timestamp, message) for timestamp, _, _, message in merged]

@@ -17,8 +17,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, select
 
+from dockyard.domain import metrics
 from dockyard.domain.jobs import TERMINAL, JobStatus
-from dockyard.services import logs, metrics
+from dockyard.services import logs
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
 from dockyard.services.warm_pools import job_view
@@ -104,13 +105,13 @@ def describe_training_job(
         "ModelArtifacts",
         {"S3ModelArtifacts": f"{output.rstrip('/')}/{job.name}/output/model.tar.gz"},
     )
-    # Scraped from the log files on read, and only where there is something to find:
-    # a finished job that declared MetricDefinitions.
+    # Scraped by the instances' agents as lines arrive; merged here for a finished job
+    # that declared MetricDefinitions.
     definitions = spec.get("AlgorithmSpecification", {}).get("MetricDefinitions")
     final_metrics = None
     if definitions and JobStatus(job.status) in TERMINAL:
-        events = logs.job_events(connection, data_dir, account_id, region, job.name)
-        final_metrics = metrics.final_metrics(definitions, events)
+        instances = logs.job_metrics(connection, data_dir, account_id, region, job.name)
+        final_metrics = metrics.final_metrics_of(definitions, instances)
     training_seconds = None
     if job.training_start_time and job.training_end_time:
         training_seconds = int((job.training_end_time - job.training_start_time).total_seconds())

@@ -31,11 +31,15 @@ def finished(server: DockyardServer) -> dict[str, Any]:
     """One completed job with MetricDefinitions, shared by this module's tests."""
     for bucket in ("results", "data"):
         (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+    return completed_with_metrics(server, JOB, CODE)
+
+
+def completed_with_metrics(server: DockyardServer, name: str, code: str) -> dict[str, Any]:
     client = server.client()
-    request = job_request(JOB, CODE)
+    request = job_request(name, code)
     request["AlgorithmSpecification"]["MetricDefinitions"] = DEFINITIONS
     client.create_training_job(**request)
-    job = wait_for(client, JOB, {"Completed", "Failed", "Stopped"})
+    job = wait_for(client, name, {"Completed", "Failed", "Stopped"})
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     return job
 
@@ -179,3 +183,82 @@ def test_other_accounts_and_unknown_streams_are_not_found(
     with pytest.raises(ClientError) as error:
         logs.create_log_group(logGroupName="/mine")
     assert error.value.response["Error"]["Code"] == "NotImplementedException"
+
+
+BIG_JOB = "a-big-log"
+BIG_LINE = 64000
+BIG_LINES = 750  # 48 MB
+BIG_CODE = (
+    "print('epoch 0 loss=1.0', flush=True); "
+    f"[print('x' * {BIG_LINE}) for _ in range({BIG_LINES})]; "
+    "print('epoch 9 loss=0.125', flush=True)"
+)
+
+
+def bytes_read(server: DockyardServer) -> int:
+    """What the server process has read so far, from files and sockets alike."""
+    assert server.process is not None
+    io = Path(f"/proc/{server.process.pid}/io").read_text()
+    return next(int(line.split()[1]) for line in io.splitlines() if line.startswith("rchar:"))
+
+
+def test_a_big_log_costs_a_reader_only_what_it_reads(
+    server: DockyardServer, finished: dict[str, Any]
+) -> None:
+    """Issue 12 (3): with a 48 MB log, GetLogEvents and a Describe with MetricDefinitions
+    read the whole file on every call (one tenant's log stalled every request)."""
+    client = server.client()
+    job = completed_with_metrics(server, BIG_JOB, BIG_CODE)
+    name = f"{BIG_JOB}/algo-1-{int(job['CreationTime'].timestamp())}"
+    logs = server.client("logs")
+    budget = 4 * 1024 * 1024  # a page is at most 1 MB; the log is 48
+
+    def costs(call: Any, **kwargs: Any) -> tuple[int, Any]:
+        before = bytes_read(server)
+        result = call(**kwargs)
+        return bytes_read(server) - before, result
+
+    cost, described = costs(client.describe_training_job, TrainingJobName=BIG_JOB)
+    assert cost < budget
+    assert {m["MetricName"]: m["Value"] for m in described["FinalMetricDataList"]} == {
+        "loss": 0.125
+    }
+    cost, head = costs(
+        logs.get_log_events, logGroupName=GROUP, logStreamName=name, startFromHead=True
+    )
+    assert cost < budget
+    assert head["events"][0]["message"] == "epoch 0 loss=1.0"
+    assert 1 < len(head["events"]) < BIG_LINES  # 1 MB of events, as CloudWatch pages them
+    cost, tail = costs(logs.get_log_events, logGroupName=GROUP, logStreamName=name, limit=1)
+    assert cost < budget
+    assert messages(tail["events"]) == ["epoch 9 loss=0.125"]
+    cost, streams = costs(logs.describe_log_streams, logGroupName=GROUP, logStreamNamePrefix=name)
+    assert cost < budget and streams["logStreams"][0]["logStreamName"] == name
+    # A search reads a bounded amount per call and says where to go on from.
+    cost, first = costs(
+        logs.filter_log_events, logGroupName=GROUP, logStreamNames=[name], filterPattern="loss"
+    )
+    assert cost < budget + 8 * 1024 * 1024
+    assert messages(first["events"]) == ["epoch 0 loss=1.0"] and first["nextToken"]
+    found = [
+        message
+        for page in logs.get_paginator("filter_log_events").paginate(
+            logGroupName=GROUP, logStreamNames=[name], filterPattern="loss"
+        )
+        for message in messages(page["events"])
+    ]
+    assert found == ["epoch 0 loss=1.0", "epoch 9 loss=0.125"]
+    # Every event is still there, page by page.
+    count, token = 0, None
+    while True:
+        page = logs.get_log_events(
+            logGroupName=GROUP,
+            logStreamName=name,
+            startFromHead=True,
+            **({"nextToken": token} if token else {}),
+        )
+        count += len(page["events"])
+        if page["nextForwardToken"] == token:
+            break
+        token = page["nextForwardToken"]
+    assert count == BIG_LINES + 2
