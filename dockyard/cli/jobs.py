@@ -4,8 +4,9 @@ A person with a `train.py` should not have to hand-write a CreateTrainingJob req
 pack and upload their code, and poll DescribeTrainingJob to see what happened. These
 commands do what the SageMaker SDK's `Estimator.fit()` does (script mode: the code as a
 tar.gz on S3, named by the `sagemaker_program`/`sagemaker_submit_directory`
-hyperparameters) and then show the job as it moves, using only the public API, so
-everything here works the same against real SageMaker apart from the upload.
+hyperparameters) and then show the job as it moves, using only the public APIs (the
+code goes up through S3's), so everything here works the same against real SageMaker
+apart from the role it names.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from dockyard.domain.job_paths import sdk_string
 
 app = typer.Typer(help="Training jobs: run a script, follow it, read its logs, stop it.")
 
-DEFAULT_OUTPUT = f"s3://{DEFAULT_BUCKET}/output"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 POLL_SECONDS = 0.5
@@ -92,58 +92,80 @@ def pack(directory: Path, archive: Path) -> int:
     return count
 
 
-def _s3_client(endpoint_url: str) -> Any:
-    """The S3 service a server started with --s3-endpoint-url uses (same keys, from env)."""
+def _s3_client(endpoint_url: str, s3_endpoint_url: str | None, region: str) -> Any:
+    """The S3 service the server's instances read: dockyard's own, on its endpoint and
+    with the caller's keys; or, for a server started with --s3-endpoint-url, that one
+    (with the DOCKYARD_S3_* keys the server uses too)."""
     import boto3  # here: `dockyard serve` needs none of it
 
-    return boto3.client(
+    if s3_endpoint_url:
+        return boto3.client(
+            "s3",
+            endpoint_url=s3_endpoint_url,
+            region_name=os.environ.get("DOCKYARD_S3_REGION", "us-east-1"),
+            aws_access_key_id=os.environ.get("DOCKYARD_S3_ACCESS_KEY_ID") or None,
+            aws_secret_access_key=os.environ.get("DOCKYARD_S3_SECRET_ACCESS_KEY") or None,
+        )
+    return boto3.session.Session(region_name=region).client(
         "s3",
         endpoint_url=endpoint_url,
-        region_name=os.environ.get("DOCKYARD_S3_REGION", "us-east-1"),
-        aws_access_key_id=os.environ.get("DOCKYARD_S3_ACCESS_KEY_ID") or None,
-        aws_secret_access_key=os.environ.get("DOCKYARD_S3_SECRET_ACCESS_KEY") or None,
+        config=Config(retries={"max_attempts": 2, "mode": "standard"}),
     )
 
 
-def upload_source(
-    directory: Path, data_dir: Path, name: str, s3_endpoint_url: str | None = None
-) -> str:
-    """Put the packed code where the job can read it; returns its s3:// URI.
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
-    The server's S3 is local directories by default (`s3://b/k` is `<data-dir>/s3/b/k`),
-    so the file is written there directly; with `--s3-endpoint-url` it is uploaded to
-    that S3 service instead, as the server's instances will read it from there.
-    """
+
+def code_bucket(s3: Any, endpoint_url: str, region: str, external: bool) -> str:
+    """The bucket for the caller's code: `dockyard-jobs` when it is theirs (the
+    development account's on a new server), else the SageMaker SDK's default bucket of
+    their account, `sagemaker-<region>-<account>`, made when missing."""
+    buckets = [DEFAULT_BUCKET]
+    if not external:
+        import boto3  # here: `dockyard serve` needs none of it
+
+        sts = boto3.session.Session(region_name=region).client("sts", endpoint_url=endpoint_url)
+        account = call(sts.get_caller_identity)["Account"]
+        buckets.append(f"sagemaker-{region}-{account}")
+    for bucket in buckets:
+        try:
+            s3.create_bucket(Bucket=bucket)
+            return bucket
+        except ClientError as exc:
+            if _error_code(exc) == "BucketAlreadyOwnedByYou" or (
+                external and _error_code(exc) == "BucketAlreadyExists"
+            ):
+                return bucket
+            if _error_code(exc) not in ("BucketAlreadyExists", "AccessDenied"):
+                raise fail(f"cannot create bucket {bucket}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise fail(f"cannot reach the S3 service: {exc}") from exc
+    raise fail(f"no bucket for the code: {', '.join(buckets)} belong to other accounts")
+
+
+def upload_source(s3: Any, bucket: str, directory: Path, name: str) -> str:
+    """Pack DIR and upload it for the job to read; returns its s3:// URI."""
     key = f"code/{name}/source.tar.gz"
-    if not s3_endpoint_url:
-        pack(directory, Path(data_dir) / "s3" / DEFAULT_BUCKET / key)
-        return f"s3://{DEFAULT_BUCKET}/{key}"
-    s3 = _s3_client(s3_endpoint_url)
-    try:
-        s3.create_bucket(Bucket=DEFAULT_BUCKET)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") not in (
-            "BucketAlreadyOwnedByYou",
-            "BucketAlreadyExists",
-        ):
-            raise fail(f"cannot create bucket {DEFAULT_BUCKET}: {exc}") from exc
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "source.tar.gz"
         pack(directory, archive)
         try:
-            s3.upload_file(str(archive), DEFAULT_BUCKET, key)
+            s3.upload_file(str(archive), bucket, key)
         except (ClientError, BotoCoreError) as exc:
-            raise fail(f"cannot upload the code to {s3_endpoint_url}: {exc}") from exc
-    return f"s3://{DEFAULT_BUCKET}/{key}"
+            raise fail(f"cannot upload the code to s3://{bucket}/{key}: {exc}") from exc
+    return f"s3://{bucket}/{key}"
 
 
-def _ensure_output_bucket(data_dir: Path, output: str) -> None:
+def _check_output_bucket(s3: Any, output: str, endpoint_url: str) -> None:
     bucket, _ = _split_s3(output)
-    path = Path(data_dir) / "s3" / bucket
-    if bucket == DEFAULT_BUCKET:
-        path.mkdir(parents=True, exist_ok=True)
-    elif not path.is_dir():
-        raise fail(f"no bucket {bucket!r} in the server's local S3; create it: mkdir -p {path}")
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        raise fail(
+            f"cannot write to bucket {bucket!r} ({_error_code(exc) or exc}); make one of "
+            f"yours with: aws s3 mb s3://{bucket} --endpoint-url {endpoint_url}"
+        ) from exc
 
 
 def _channels(values: list[str] | None) -> list[dict[str, Any]]:
@@ -241,7 +263,12 @@ def run(
             "--channel", help="NAME=s3://bucket/prefix, repeatable; read via SM_CHANNEL_NAME."
         ),
     ] = None,
-    output: str = typer.Option(DEFAULT_OUTPUT, "--output", help="S3OutputPath."),
+    output: str = typer.Option(
+        None,
+        "--output",
+        help="S3OutputPath [default: output/ in the bucket the code goes to].",
+        show_default=False,
+    ),
     max_runtime: int = typer.Option(3600, "--max-runtime", min=1, help="Seconds."),
     no_follow: bool = typer.Option(False, "--no-follow", help="Start the job and return."),
     endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
@@ -252,22 +279,24 @@ def run(
         "--s3-endpoint-url",
         envvar="DOCKYARD_S3_ENDPOINT_URL",
         help="The S3 service the server uses (its --s3-endpoint-url); keys from "
-        "DOCKYARD_S3_ACCESS_KEY_ID / DOCKYARD_S3_SECRET_ACCESS_KEY. Default: the local S3 "
-        "under --data-dir.",
+        "DOCKYARD_S3_ACCESS_KEY_ID / DOCKYARD_S3_SECRET_ACCESS_KEY. Default: dockyard's "
+        "own S3, on --endpoint-url.",
     ),
 ) -> None:
     """Pack DIR, upload it and run ENTRY_POINT as a training job; follow it to the end."""
     if not (directory / entry_point).is_file():
         raise fail(f"no {entry_point} in {directory}")
-    if not Path(data_dir).is_dir():
-        raise fail(f"no dockyard data dir at {data_dir}; pass the server's --data-dir")
     name = name or default_name(directory, wall_now())
     hyperparameters = _pairs(hyperparameter, "--hyperparameter")
     channels = _channels(channel)
-    if not s3_endpoint_url:
-        _ensure_output_bucket(data_dir, output)
-    client = sagemaker(endpoint_url, data_dir, region)
-    source = upload_source(directory, data_dir, name, s3_endpoint_url)
+    client = sagemaker(endpoint_url, data_dir, region)  # settles the credentials first
+    s3 = _s3_client(endpoint_url, s3_endpoint_url, region)
+    bucket = code_bucket(s3, endpoint_url, region, external=bool(s3_endpoint_url))
+    if output is None:
+        output = f"s3://{bucket}/output"
+    else:
+        _check_output_bucket(s3, output, s3_endpoint_url or endpoint_url)
+    source = upload_source(s3, bucket, directory, name)
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": {"TrainingImage": "python:3.11", "TrainingInputMode": "File"},

@@ -94,6 +94,56 @@ def test_run_follows_a_job_to_completion(server: DockyardServer, tmp_path: Path)
     }
 
 
+def test_run_as_another_account_uploads_to_its_own_bucket(
+    server: DockyardServer, tmp_path: Path
+) -> None:
+    """The code goes up through the S3 API as the caller: `dockyard-jobs` belongs to the
+    development account, so another account's code and output go to the SDK's default
+    bucket of that account (it used to be written into the server's directories, in a
+    bucket the job was then refused)."""
+    account, (key_id, secret) = server.new_account("cli-other")
+    keys = {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+    directory = code_dir(tmp_path, "theirs", GOOD)
+    result = run_cli(
+        "jobs",
+        "run",
+        str(directory),
+        "--entry-point",
+        "train.py",
+        "--name",
+        "cli-theirs",
+        "--endpoint-url",
+        server.endpoint,
+        data_dir=server.data_dir,
+        check=False,
+        **keys,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    bucket = f"sagemaker-us-east-1-{account}"
+    assert f"s3://{bucket}/code/cli-theirs/source.tar.gz" in result.stdout
+    s3 = server.client("s3", key=(key_id, secret))
+    names = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert "output/cli-theirs/output/model.tar.gz" in names
+    refused = run_cli(
+        "jobs",
+        "run",
+        str(directory),
+        "--entry-point",
+        "train.py",
+        "--name",
+        "cli-nowhere",
+        "--output",
+        "s3://no-such-bucket/out",
+        "--endpoint-url",
+        server.endpoint,
+        data_dir=server.data_dir,
+        check=False,
+        **keys,
+    )
+    assert refused.returncode == 1
+    assert "aws s3 mb s3://no-such-bucket" in refused.stderr + refused.stdout
+
+
 def test_run_reports_a_failure_then_ls_show_and_stop(
     server: DockyardServer, tmp_path: Path
 ) -> None:
