@@ -108,6 +108,21 @@ def _check_runnable(params: dict[str, Any]) -> None:
         raise ValidationException("StoppingCondition.MaxRuntimeInSeconds is required")
 
 
+def instances_in_jobs(session: Session, account_id: str, region: str, instance_type: str) -> int:
+    """Instances of a type the account's unfinished jobs (queued ones too) count against
+    its quota: an indexed sum, not the jobs loaded, so a create costs the same with
+    10,000 jobs queued as with none (issue 13)."""
+    held = session.scalar(
+        select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.region == region,
+            TrainingJob.instance_type == instance_type,
+            TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value]),
+        )
+    )
+    return int(held or 0)
+
+
 def _check_quota(
     session: Session, account_id: str, region: str, params: dict[str, Any], settings: PlanSettings
 ) -> None:
@@ -116,16 +131,7 @@ def _check_quota(
     quota = quotas.limit(
         session, settings, account_id, region, QuotaKind.TRAINING_JOB, instance_type
     )
-    running = session.scalars(
-        owned(TrainingJob, account_id, region).where(
-            TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
-        )
-    )
-    held = sum(
-        int(job.spec["ResourceConfig"]["InstanceCount"])
-        for job in running
-        if job.spec.get("ResourceConfig", {}).get("InstanceType") == instance_type
-    )
+    held = instances_in_jobs(session, account_id, region, instance_type)
     # Kept warm pool instances count too (SPEC §5.7), except a pool this job would
     # take over: its instances move to the job rather than add to the account's.
     key = warm_pool_rules.match_key(params)

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dockyard.store.types import UTCDateTime
@@ -69,11 +70,23 @@ class ClockState(Base):
     now: Mapped[datetime]
 
 
+def _resource(member: str) -> Any:
+    """A column's value from the job's own ResourceConfig, so no writer can forget it."""
+
+    def default(context: DefaultExecutionContext) -> Any:
+        return context.get_current_parameters()["spec"]["ResourceConfig"][member]
+
+    return default
+
+
 class TrainingJob(Base):
     __tablename__ = "training_jobs"
     __table_args__ = (
         UniqueConstraint("account_id", "region", "name", name="uq_training_jobs_account_name"),
         Index("ix_training_jobs_account_created", "account_id", "region", "creation_time"),
+        # The quota check sums the instances an account's running jobs hold per type
+        # from here, rather than loading every running job (SPEC §5.7; issue 13).
+        Index("ix_training_jobs_quota", "account_id", "region", "instance_type", "status"),
         # The ARN lower-cases the name: names that differ only in case are one job, or two
         # jobs would share an ARN (and the capacity leases held under it).
         Index("ix_training_jobs_arn", "arn", unique=True),
@@ -89,6 +102,9 @@ class TrainingJob(Base):
     uid: Mapped[str | None] = mapped_column(String(32), default=None)
     status: Mapped[str] = mapped_column(String(32))
     secondary_status: Mapped[str] = mapped_column(String(64))
+    # ResourceConfig's InstanceType and InstanceCount, which never change after create.
+    instance_type: Mapped[str] = mapped_column(String(64), default=_resource("InstanceType"))
+    instance_count: Mapped[int] = mapped_column(Integer, default=_resource("InstanceCount"))
     warm_pool_status: Mapped[str | None] = mapped_column(String(32), default=None)
     training_plan_arn: Mapped[str | None] = mapped_column(String(2048), default=None)
     creation_time: Mapped[datetime]

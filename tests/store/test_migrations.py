@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -59,3 +60,35 @@ def test_a_start_at_the_newest_revision_does_not_load_alembic(tmp_path: Path) ->
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_jobs_from_before_0007_get_their_instance_type_and_count(database_url: str) -> None:
+    db = Database(database_url)
+    try:
+        migrate.upgrade(db, "0006")
+        spec = {"ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 3}}
+        with db.engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO accounts (id, name, created_at) VALUES ('111122223333', 'a', "
+                    ":now)"
+                ),
+                {"now": "2026-01-01 00:00:00"},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO training_jobs (account_id, region, name, arn, status, "
+                    "secondary_status, creation_time, last_modified_time, spec, transitions, "
+                    "runtime, stop_requested) VALUES ('111122223333', 'us-east-1', 'old', "
+                    "'arn:old', 'InProgress', 'Pending', :now, :now, :spec, '{}', '{}', false)"
+                ),
+                {"now": "2026-01-01 00:00:00", "spec": json.dumps(spec)},
+            )
+        migrate.upgrade(db)
+        with db.engine.connect() as connection:
+            row = connection.execute(
+                text("SELECT instance_type, instance_count FROM training_jobs")
+            ).one()
+        assert tuple(row) == ("ml.p4d.24xlarge", 3)
+    finally:
+        db.dispose()
