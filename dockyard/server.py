@@ -16,8 +16,9 @@ from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.api.s3 import S3Front
 from dockyard.clock import ManualClock, make_clock
-from dockyard.compute import sandbox
+from dockyard.compute import sandbox, wake
 from dockyard.compute.local import LocalBackend
+from dockyard.compute.wake import Listener
 from dockyard.config import Settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
@@ -41,8 +42,11 @@ class Server:
     app: Starlette
     development: DevelopmentAccess
     gateway: S3Gateway | None = None
+    wake: Listener | None = None
 
     def close(self) -> None:
+        if self.wake is not None:
+            self.wake.close()
         if self.gateway is not None:
             self.gateway.stop()
 
@@ -116,10 +120,13 @@ def build(settings: Settings) -> Server:
             ("plans", PlansReconciler(db, clock, plans)),
             ("jobs", JobsReconciler(db, clock, backend, settings, plans)),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
-        ]
+        ],
+        interval_seconds=settings.reconcile_interval_seconds,
     )
-    # A manual clock's jump wakes the reconcilers at once.
+    # A manual clock's jump wakes the reconcilers at once; so does an agent's report.
     clock.subscribe(lambda _now: control.nudge())
+    listener = Listener(wake.socket_path(settings.data_dir), lambda: control.nudge(first="jobs"))
+    listener.start()
     box = SecretBox.for_data_dir(settings.data_dir)
     development = bootstrap.ensure_development_access(
         db, box, settings.data_dir, clock.now(), settings.default_region, plans
@@ -142,4 +149,10 @@ def build(settings: Settings) -> Server:
         (gateway.store / DEFAULT_BUCKET).mkdir(exist_ok=True)
         state.s3_store = BucketStore(gateway.store, development.account_id)
         state.s3 = S3Front(state, state.s3_store, gateway.socket)
-    return Server(state=state, app=create_app(state), development=development, gateway=gateway)
+    return Server(
+        state=state,
+        app=create_app(state),
+        development=development,
+        gateway=gateway,
+        wake=listener,
+    )

@@ -36,11 +36,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 from dockyard.clock import monotonic, wall_now
+from dockyard.compute import wake
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
 from dockyard.compute.agent_deps import install_requirements
 from dockyard.compute.agent_env import Layout, job_command, write_config
@@ -86,8 +88,9 @@ class State:
     started_at, training_started_at, first_output_at, ended_at: ISO 8601 UTC or null.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_change: Callable[[], None] = lambda: None) -> None:
         self.path = path
+        self._on_change = on_change  # the control plane's wake-up (see `wake`)
         self._lock = threading.Lock()  # the log reader thread records first_output_at
         self.data: dict[str, Any] = {
             "phase": "downloading",
@@ -105,6 +108,7 @@ class State:
         with self._lock:
             self.data.update(changes)
             _write_atomically(self.path, json.dumps(self.data, indent=2))
+        self._on_change()
 
 
 class StopRequested(Exception):
@@ -147,7 +151,7 @@ def _out_of_memory(spec: JobSpec) -> str:
 class Agent:
     def __init__(self, root: Path) -> None:
         self.layout = Layout(root.resolve())
-        self.state = State(self.layout.state_file)
+        self.state = State(self.layout.state_file, self._wake)
         # Set by SIGTERM/SIGINT; checked, with the stop file, by the polling loops. A
         # plain flag: a handler that takes a lock (Event.set) deadlocks when a second
         # signal lands while the first handler holds it.
@@ -157,6 +161,10 @@ class Agent:
         # The instance's sandbox, network and limits: made for its first job, kept for
         # every job a warm pool runs on it, closed when the instance ends.
         self.confinement: Confinement | None = None
+
+    def _wake(self) -> None:
+        # Known once the job's spec is read: every change after that wakes the server.
+        wake.notify(self.spec.wake_socket if self.spec is not None else None)
 
     # -- stopping ---------------------------------------------------------------------
 
@@ -198,7 +206,7 @@ class Agent:
             if run_dir is None:
                 return self._shut_down()
             self.layout = self.layout.for_run(run_dir)
-            self.state = State(self.layout.state_file)
+            self.state = State(self.layout.state_file, self._wake)
             self.state.update(phase="downloading", started_at=_iso_now())
             self.spec = None
 

@@ -52,6 +52,8 @@ class JobSpec:
     keep_alive_seconds: int = 0
     # AlgorithmSpecification.MetricDefinitions: scraped from the lines as they are written.
     metric_definitions: list[dict[str, Any]] = field(default_factory=list)
+    # The server's wake-up socket (see `wake`): told of each state change.
+    wake_socket: str | None = None
     # 1, or the attempt of a job on a training plan resumed in a later block (fresh
     # instances: its checkpoints come back from S3).
     attempt: int = 1

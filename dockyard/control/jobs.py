@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock, wall_now
+from dockyard.compute import wake
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.domain import instance_types
@@ -307,6 +308,7 @@ class JobsReconciler:
                 "availability_zone": placement["az"],
                 "keep_alive_seconds": keep_alive_seconds(spec),
                 "metric_definitions": algorithm.get("MetricDefinitions") or [],
+                "wake_socket": str(wake.socket_path(self.data_dir)),
             }
             for host in hosts
         ]
