@@ -11,12 +11,20 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import api_throughput, big_log, cold_start, offering_search, restart
+from bench import (
+    api_throughput,
+    big_log,
+    cold_start,
+    offering_api,
+    offering_search,
+    restart,
+)
 
 # name -> run(quick) -> goal met (and no failed requests)
 BENCHMARKS: dict[str, Callable[[bool], bool]] = {
     "api_throughput": lambda quick: api_throughput.run(quick=quick),
     "offering_search": lambda quick: offering_search.run(quick=quick),
+    "offering_api": lambda quick: offering_api.run(quick=quick),
     "cold_start": lambda quick: cold_start.run(quick=quick),
     "big_log": lambda quick: big_log.run(quick=quick),
     "restart": lambda quick: restart.run(quick=quick),

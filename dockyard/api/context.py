@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +14,7 @@ from dockyard.config import PlanSettings, Settings
 from dockyard.control.loop import ControlLoop
 from dockyard.secretbox import SecretBox
 from dockyard.services.buckets import BucketStore
+from dockyard.services.capacity import CalendarCache
 from dockyard.store.db import Database
 
 
@@ -32,6 +33,8 @@ class ServerState:
     # store, and the account owning a bucket directory made outside the API.
     s3: Callable[[Request], Awaitable[Response]] | None = None
     s3_store: BucketStore | None = None
+    # The capacity calendar in memory for offering searches (services.capacity).
+    calendars: CalendarCache = field(default_factory=CalendarCache)
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,20 @@
 The database is the truth: a booking takes the capacity lock first (one row every
 booking transaction updates before it reads), so two buyers of the same capacity are
 serialised and the second one's re-check sees the first one's leases.
+
+Every write of a pool's leases bumps the pool's version (as a change of its capacity
+does), so a `CalendarCache` can keep the calendar in memory and reload only the pools
+whose version moved: a search reads the pool rows, not every lease.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.orm import Session
@@ -41,6 +47,20 @@ def load_calendar(
     pool_keys: Iterable[str] | None = None,
 ) -> Calendar:
     """Pools matching the filters, each with its leases that have not ended by `now`."""
+    rows = connection.execute(
+        _pools_query(region, instance_type, ultraserver_type, pool_keys)
+    ).all()
+    pools = {row.key: _pool(row) for row in rows}
+    leases = _leases(connection, list(pools), now)
+    return Calendar(_calendar(pool, leases[key]) for key, pool in sorted(pools.items()))
+
+
+def _pools_query(
+    region: str | None,
+    instance_type: str | None,
+    ultraserver_type: str | None,
+    pool_keys: Iterable[str] | None,
+) -> Any:
     query = select(POOLS)
     if region is not None:
         query = query.where(POOLS.c.region == region)
@@ -50,29 +70,91 @@ def load_calendar(
         query = query.where(POOLS.c.ultraserver_type == ultraserver_type)
     if pool_keys is not None:
         query = query.where(POOLS.c.key.in_(list(pool_keys)))
-    pools = {
-        row.key: Pool(
-            key=row.key,
-            instance_type=row.instance_type,
-            availability_zone=row.availability_zone,
-            capacity=row.capacity,
-            ultraserver_id=row.ultraserver_id,
-            ultraserver_type=row.ultraserver_type,
-        )
-        for row in connection.execute(query)
-    }
+    return query
+
+
+def _pool(row: Any) -> Pool:
+    return Pool(
+        key=row.key,
+        instance_type=row.instance_type,
+        availability_zone=row.availability_zone,
+        capacity=row.capacity,
+        ultraserver_id=row.ultraserver_id,
+        ultraserver_type=row.ultraserver_type,
+    )
+
+
+def _leases(
+    connection: Connection | Session, keys: list[str], now: datetime
+) -> dict[str, list[Lease]]:
     leases: dict[str, list[Lease]] = defaultdict(list)
-    if pools:
+    if keys:
         for row in connection.execute(
             select(
                 LEASES.c.pool_key,
                 LEASES.c.start_time,
                 LEASES.c.end_time,
                 LEASES.c.count.label("instances"),
-            ).where(LEASES.c.pool_key.in_(list(pools)), LEASES.c.end_time > now)
+            ).where(LEASES.c.pool_key.in_(keys), LEASES.c.end_time > now)
         ):
             leases[row.pool_key].append(Lease(row.start_time, row.end_time, row.instances))
-    return Calendar(_calendar(pool, leases[key]) for key, pool in sorted(pools.items()))
+    return leases
+
+
+class CalendarCache:
+    """The calendar kept in memory between reads, one server's, shared by its threads.
+
+    Each pool's calendar is reloaded only when its row's version moved (every lease
+    write and capacity change bumps it, in the writer's transaction), so a read costs
+    one query of the pool rows plus the leases of the pools that changed. The versions
+    are read before the leases: a lease committed in between makes the cached entry
+    newer than its version says, and the next read loads it again, never older.
+
+    For searches: what they answer is re-checked under the capacity lock when bought.
+    Leases that end while cached stay until their pool next changes; they lie in the
+    past, where no search looks.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[str, tuple[int, PoolCalendar]] = {}
+        self._calendars: dict[tuple[Any, ...], tuple[tuple[Any, ...], Calendar]] = {}
+
+    def calendar(
+        self,
+        connection: Connection | Session,
+        now: datetime,
+        *,
+        region: str | None = None,
+        instance_type: str | None = None,
+        ultraserver_type: str | None = None,
+    ) -> Calendar:
+        rows = connection.execute(
+            _pools_query(region, instance_type, ultraserver_type, None)
+        ).all()
+        with self._lock:
+            cached = dict(self._pools)
+        stale = [row for row in rows if cached.get(row.key, (None,))[0] != row.version]
+        if stale:
+            leases = _leases(connection, [row.key for row in stale], now)
+            fresh = {
+                row.key: (row.version, _calendar(_pool(row), leases[row.key])) for row in stale
+            }
+            with self._lock:
+                self._pools.update(fresh)
+            cached.update(fresh)
+        stamp = tuple(sorted((row.key, row.version) for row in rows))
+        filters = (region, instance_type, ultraserver_type)
+        with self._lock:
+            entry = self._calendars.get(filters)
+        if entry is not None and entry[0] == stamp:
+            return entry[1]
+        # Calendar-wide derived tables are memoised on the Calendar: the same object is
+        # answered while none of its pools changed.
+        calendar = Calendar(cached[key][1] for key, _ in stamp)
+        with self._lock:
+            self._calendars[filters] = (stamp, calendar)
+        return calendar
 
 
 def _calendar(pool: Pool, leases: list[Lease]) -> PoolCalendar:
@@ -96,6 +178,8 @@ def book(
     holder: str,
     account_id: str | None,
 ) -> None:
+    pool_counts = list(pool_counts)
+    _bump(session, [key for key, _ in pool_counts])
     for key, count in pool_counts:
         session.add(
             LeaseRow(
@@ -112,4 +196,21 @@ def book(
 
 def release(session: Session, holder: str) -> None:
     """Drop every lease a holder has (a block that ended, a plan whose payment failed)."""
+    held = select(LEASES.c.pool_key).where(LEASES.c.holder == holder).distinct()
+    _bump(session, list(session.scalars(held)))
     session.execute(delete(LeaseRow).where(LeaseRow.holder == holder))
+
+
+def _bump(session: Session, keys: list[str]) -> None:
+    """A change of these pools' leases: their calendars cached anywhere are stale.
+
+    Under the capacity lock (a no-op for a booking, which holds it already), so every
+    transaction takes the lock row before pool rows and none waits on another in a cycle.
+    """
+    if keys:
+        lock(session)
+        session.execute(
+            update(CapacityPool)
+            .where(CapacityPool.key.in_(sorted(set(keys))))
+            .values(version=CapacityPool.version + 1)
+        )

@@ -107,13 +107,17 @@ def search(
     region: str,
     params: dict[str, Any],
     settings: PlanSettings,
+    calendars: capacity.CalendarCache | None = None,
 ) -> dict[str, Any]:
     request = _request(params, now)
     try:
         rules.check_request(request)
     except rules.OfferingRuleError as exc:
         raise ValidationException(str(exc)) from exc
-    calendar: Calendar = capacity.load_calendar(
+    # The server's calendar in memory, reloaded per pool that changed; a fresh load
+    # without one. Either way the purchase re-checks under the capacity lock.
+    load = calendars.calendar if calendars is not None else capacity.load_calendar
+    calendar: Calendar = load(
         session,
         now,
         region=region,

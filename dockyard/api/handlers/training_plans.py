@@ -11,7 +11,13 @@ from dockyard.services import offerings, training_plans
 def search_training_plan_offerings(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
         return offerings.search(
-            session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.plans
+            session,
+            ctx.clock.now(),
+            ctx.account_id,
+            ctx.region,
+            params,
+            ctx.state.plans,
+            ctx.state.calendars,
         )
 
 
