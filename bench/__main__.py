@@ -18,6 +18,7 @@ from bench import (
     offering_api,
     offering_search,
     restart,
+    scale,
 )
 
 # name -> run(quick) -> goal met (and no failed requests)
@@ -28,6 +29,7 @@ BENCHMARKS: dict[str, Callable[[bool], bool]] = {
     "cold_start": lambda quick: cold_start.run(quick=quick),
     "big_log": lambda quick: big_log.run(quick=quick),
     "restart": lambda quick: restart.run(quick=quick),
+    "scale": lambda quick: scale.run(quick=quick),
 }
 
 

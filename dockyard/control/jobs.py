@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dockyard.clock import Clock, wall_now
+from dockyard.clock import Clock, monotonic, wall_now
 from dockyard.compute import wake
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
@@ -37,6 +37,8 @@ log = logging.getLogger("dockyard.control.jobs")
 PHASES = ("launching", "downloading", "training", "uploading")
 ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 STOP_GRACE_SECONDS = 10
+# How often every queued job is tried again even though its wait stamp still holds.
+RECHECK_ALL_SECONDS = 60.0
 
 
 def _instance_key(job: TrainingJob) -> str:
@@ -58,6 +60,7 @@ class JobsReconciler:
         self.backend = backend
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
+        self._recheck_all_at = 0.0  # the first pass looks at every job
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
         # What one instance of a type may use: its sandbox's limits (SPEC §4.8).
@@ -76,17 +79,39 @@ class JobsReconciler:
         )
 
     def __call__(self) -> None:
+        now = self.clock.now()
         with self.db.read_session() as session:
-            ids = session.scalars(
-                select(TrainingJob.id).where(
+            rows = session.execute(
+                select(
+                    TrainingJob.id,
+                    TrainingJob.region,
+                    TrainingJob.instance_type,
+                    TrainingJob.waiting_for,
+                    TrainingJob.stop_requested,
+                ).where(
                     TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
                 )
             ).all()
-        for job_id in ids:
+            versions = capacity.versions(session) if any(r.waiting_for for r in rows) else {}
+        # Now and then every job is looked at again, whatever its stamp says: a change
+        # that bypassed the versions (none is known) would otherwise strand a job.
+        everything = monotonic() >= self._recheck_all_at
+        if everything:
+            self._recheck_all_at = monotonic() + RECHECK_ALL_SECONDS
+        for row in rows:
+            if (
+                not everything
+                and row.waiting_for
+                and not row.stop_requested
+                and capacity.still_waiting(
+                    row.waiting_for, versions.get((row.region, row.instance_type)), now
+                )
+            ):
+                continue  # queued, and nothing it waits for has changed
             try:
-                self.step(job_id)
+                self.step(row.id)
             except Exception:
-                log.exception("training job %s: step failed; retrying on the next pass", job_id)
+                log.exception("training job %s: step failed; retrying on the next pass", row.id)
 
     # ------------------------------------------------------------------ one job
 
@@ -145,6 +170,7 @@ class JobsReconciler:
                 warm, previous = claimed
                 job.runtime = {**job.runtime, "placement": dict(warm.placement), "home": warm.home}
                 transition(job, Secondary.STARTING, rules.warm_start(previous), now)
+                job.waiting_for = None
                 return True
         if job.training_plan_arn:
             return self._place_on_plan(session, job, now)
@@ -176,7 +202,11 @@ class JobsReconciler:
                     "placed_at": now.isoformat(),
                 }
                 transition(job, Secondary.STARTING, rules.LAUNCHING, now)
+                job.waiting_for = None
                 return True
+        job.waiting_for = capacity.wait_stamp(
+            session, calendar, job.region, resources["InstanceType"], now
+        )
         transition(
             job,
             Secondary.PENDING,

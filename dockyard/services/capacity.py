@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from dockyard.domain.calendar import Calendar, Lease, Pool, PoolCalendar
@@ -214,3 +214,42 @@ def _bump(session: Session, keys: list[str]) -> None:
             .where(CapacityPool.key.in_(sorted(set(keys))))
             .values(version=CapacityPool.version + 1)
         )
+
+
+# ------------------------------------------------------------------ waiting jobs
+
+
+def versions(session: Session | Connection) -> dict[tuple[str, str], int]:
+    """(region, instance type) -> the sum of its plain pools' versions. Versions only
+    grow, so the sum moves whenever any of those pools' leases or capacity change."""
+    rows = session.execute(
+        select(POOLS.c.region, POOLS.c.instance_type, func.sum(POOLS.c.version))
+        .where(POOLS.c.ultraserver_id.is_(None))
+        .group_by(POOLS.c.region, POOLS.c.instance_type)
+    )
+    return {(region, kind): int(total or 0) for region, kind, total in rows}
+
+
+def wait_stamp(
+    session: Session, calendar: Calendar, region: str, instance_type: str, now: datetime
+) -> str:
+    """What a job that could not be placed saw: its type's pool versions, and the next
+    moment a lease on them ends (when capacity frees with no write at all)."""
+    ends = [
+        lease.end
+        for pool in calendar
+        if pool.pool.ultraserver_id is None
+        for lease in pool.leases()
+        if lease.end > now
+    ]
+    version = versions(session).get((region, instance_type), 0)
+    until = min(ends).isoformat() if ends else ""
+    return f"{version}|{until}"
+
+
+def still_waiting(stamp: str, version: int | None, now: datetime) -> bool:
+    """Whether nothing a job's wait stamp recorded has changed by `now`."""
+    recorded, _, until = stamp.partition("|")
+    if version is None or recorded != str(version):
+        return False
+    return not until or now < datetime.fromisoformat(until)

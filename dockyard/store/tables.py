@@ -105,6 +105,10 @@ class TrainingJob(Base):
     # ResourceConfig's InstanceType and InstanceCount, which never change after create.
     instance_type: Mapped[str] = mapped_column(String(64), default=_resource("InstanceType"))
     instance_count: Mapped[int] = mapped_column(Integer, default=_resource("InstanceCount"))
+    # A job waiting for on-demand capacity: what the capacity of its type looked like
+    # when it last failed to place (`capacity.WaitStamp`). A pass skips it while that
+    # still holds: nothing it waits for has changed (issue 13).
+    waiting_for: Mapped[str | None] = mapped_column(String(200), default=None)
     warm_pool_status: Mapped[str | None] = mapped_column(String(32), default=None)
     training_plan_arn: Mapped[str | None] = mapped_column(String(2048), default=None)
     creation_time: Mapped[datetime]
