@@ -1,11 +1,11 @@
 """The control plane with a deep queue (issue 13): one jobs-reconciler pass.
 
 10,000 training jobs are queued that cannot place (each wants more instances than the
-fleet has), on SQLite, and the jobs reconciler runs in-process. Measured: a pass that
-tries every queued job (what every pass did before issue 13, and what a pass still
-does once a minute and when the capacity of the jobs' type changes) beside a pass that
-finds nothing changed for them (their wait stamps hold) — the common case between
-changes. Goal: a pass with 10,000 queued jobs and nothing changed <= 100 ms.
+fleet has), on SQLite, and the jobs reconciler runs in-process. Measured: the first
+pass, which tries every queued job (what every pass did before issue 13); a pass after
+a lease on the jobs' instance type was written (one job is tried; the others asked for
+as much or more and are only restamped); and a pass that finds nothing changed for them
+(their wait stamps hold). Goal: a pass with 10,000 queued jobs <= 100 ms once stamped.
 
 The issue's other rows (create p50 as the queue grows, trivial-job throughput, the
 Slurm peer) are still to come.
@@ -77,22 +77,46 @@ def _time(call: Any) -> float:
     return time.perf_counter() - started
 
 
+def _change_capacity(db: Any, reconciler: Any, index: int) -> None:
+    """A lease written on the jobs' type: what a job starting or ending does."""
+    from datetime import timedelta
+
+    from dockyard.services import capacity
+
+    now = reconciler.clock.now()
+    with db.session() as session:
+        pool = next(
+            p.pool for p in capacity.load_calendar(session, now, instance_type="ml.m5.xlarge")
+        )
+        capacity.lock(session)
+        capacity.book(
+            session,
+            [(pool.key, 1)],
+            now + timedelta(days=1),
+            now + timedelta(days=2),
+            kind="bench",
+            holder=f"bench-{index}",
+            account_id=None,
+        )
+
+
 def run_benchmark(quick: bool) -> dict[str, Any]:
     jobs = 2_000 if quick else 10_000
     with tempfile.TemporaryDirectory() as tmp:
         db, reconciler = _setup(Path(tmp), jobs)
         try:
-            every = []
-            for _ in range(2 if quick else 3):
-                reconciler._recheck_all_at = 0.0  # every job tried, as before
-                every.append(_time(reconciler))
-            unchanged = []
-            for _ in range(10):
-                reconciler._recheck_all_at = float("inf")
-                unchanged.append(_time(reconciler))
+            # No job has a stamp yet: each is tried, behind the capacity lock with its
+            # calendar - what every pass did before issue 13.
+            first = [_time(reconciler)]
+            reconciler._recheck_all_at = float("inf")
+            changed = []
+            for index in range(3):
+                _change_capacity(db, reconciler, index)
+                changed.append(_time(reconciler))
+            unchanged = [_time(reconciler) for _ in range(10)]
         finally:
             db.dispose()
-    return {"queued": jobs, "every_job_s": every, "unchanged_s": unchanged}
+    return {"queued": jobs, "every_job_s": first, "changed_s": changed, "unchanged_s": unchanged}
 
 
 def report(results: dict[str, Any]) -> bool:
@@ -102,7 +126,8 @@ def report(results: dict[str, Any]) -> bool:
     table.add_column("median ms", justify="right")
     table.add_column("max ms", justify="right")
     rows = (
-        ("every queued job tried (before issue 13; now on a change)", "every_job_s"),
+        ("every queued job tried (each pass before issue 13)", "every_job_s"),
+        ("after a lease on their type was written", "changed_s"),
         ("nothing changed for them (wait stamps hold)", "unchanged_s"),
     )
     for label, key in rows:

@@ -30,6 +30,7 @@ from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
 from dockyard.services.buckets import BucketStore
+from dockyard.services.capacity import CalendarCache
 from dockyard.store import migrate
 from dockyard.store.db import Database
 
@@ -115,10 +116,12 @@ def build(settings: Settings) -> Server:
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
     backend = LocalBackend(settings.data_dir)
+    # The calendar in memory, shared by searches and on-demand placement.
+    calendars = CalendarCache()
     control = ControlLoop(
         [
             ("plans", PlansReconciler(db, clock, plans)),
-            ("jobs", JobsReconciler(db, clock, backend, settings, plans)),
+            ("jobs", JobsReconciler(db, clock, backend, settings, plans, calendars)),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
         ],
         interval_seconds=settings.reconcile_interval_seconds,
@@ -139,6 +142,7 @@ def build(settings: Settings) -> Server:
         operator_token=bootstrap.operator_token(settings.data_dir),
         plans=plans,
         control=control,
+        calendars=calendars,
     )
     gateway = None
     if not settings.s3_endpoint_url:

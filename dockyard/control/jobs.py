@@ -11,12 +11,13 @@ import logging
 import math
 import socket
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock, monotonic, wall_now
@@ -27,11 +28,11 @@ from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
-from dockyard.domain.warm_pools import keep_alive_seconds
+from dockyard.domain.warm_pools import WarmPoolStatus, keep_alive_seconds
 from dockyard.services import capacity, ledger, plan_jobs, warm_pools
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
-from dockyard.store.tables import TrainingJob
+from dockyard.store.tables import TrainingJob, WarmPool
 
 log = logging.getLogger("dockyard.control.jobs")
 PHASES = ("launching", "downloading", "training", "uploading")
@@ -39,6 +40,11 @@ ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 STOP_GRACE_SECONDS = 10
 # How often every queued job is tried again even though its wait stamp still holds.
 RECHECK_ALL_SECONDS = 60.0
+_WARM_TYPES = (
+    select(WarmPool.region, WarmPool.instance_type)
+    .where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
+    .distinct()
+)
 
 
 def _instance_key(job: TrainingJob) -> str:
@@ -53,7 +59,13 @@ def _free_port() -> int:
 
 class JobsReconciler:
     def __init__(
-        self, db: Database, clock: Clock, backend: Backend, settings: Settings, plans: PlanSettings
+        self,
+        db: Database,
+        clock: Clock,
+        backend: Backend,
+        settings: Settings,
+        plans: PlanSettings,
+        calendars: capacity.CalendarCache | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -61,6 +73,7 @@ class JobsReconciler:
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
         self._recheck_all_at = 0.0  # the first pass looks at every job
+        self.calendars = calendars if calendars is not None else capacity.CalendarCache()
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
         # What one instance of a type may use: its sandbox's limits (SPEC §4.8).
@@ -93,40 +106,74 @@ class JobsReconciler:
                 )
             ).all()
             versions = capacity.versions(session) if any(r.waiting_for for r in rows) else {}
+        # A warm pool may take a job its type's other jobs could not: no inference from
+        # one job's failure to another's where one is Available (read when first needed).
+        warm: set[tuple[str, str]] | None = None
         # Now and then every job is looked at again, whatever its stamp says: a change
         # that bypassed the versions (none is known) would otherwise strand a job.
         everything = monotonic() >= self._recheck_all_at
         if everything:
             self._recheck_all_at = monotonic() + RECHECK_ALL_SECONDS
+        failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
+        restamped: list[dict[str, Any]] = []
+        moved = False  # whether a step since `versions` was read may have written leases
         for row in rows:
-            if (
-                not everything
-                and row.waiting_for
-                and not row.stop_requested
-                and capacity.still_waiting(
-                    row.waiting_for, versions.get((row.region, row.instance_type)), now
-                )
-            ):
-                continue  # queued, and nothing it waits for has changed
+            kind = (row.region, row.instance_type)
+            stamp = capacity.WaitStamp.parse(row.waiting_for)
+            if stamp is not None and not row.stop_requested:
+                if not everything and stamp.holds(versions.get(kind), now):
+                    continue  # queued, and nothing it waits for has changed
+                if warm is None:
+                    with self.db.read_session() as session:
+                        warm = {(r.region, r.instance_type) for r in session.execute(_WARM_TYPES)}
+                if kind not in warm:
+                    if moved:
+                        with self.db.read_session() as session:
+                            versions = capacity.versions(session)
+                        moved = False
+                    current = versions.get(kind)
+                    # A job of this type that asked for less failed in this pass, on
+                    # the capacity there is now: this one cannot fit either.
+                    covering = next(
+                        (
+                            f
+                            for f in failed.get(kind, ())
+                            if f.holds(current, now) and f.covers(stamp)
+                        ),
+                        None,
+                    )
+                    if covering is not None:
+                        seen = replace(stamp, version=covering.version, until=covering.until)
+                        restamped.append({"id": row.id, "waiting_for": seen.text()})
+                        continue
             try:
-                self.step(row.id)
+                outcome = self.step(row.id)
             except Exception:
                 log.exception("training job %s: step failed; retrying on the next pass", row.id)
+                outcome = None
+            if outcome is not None:
+                failed.setdefault(kind, []).append(outcome)
+            else:
+                moved = True
+        if restamped:
+            with self.db.session() as session:
+                session.execute(update(TrainingJob), restamped)
 
     # ------------------------------------------------------------------ one job
 
-    def step(self, job_id: int) -> None:
+    def step(self, job_id: int) -> capacity.WaitStamp | None:
+        """Move one job on; answers what it saw when it could not be placed on demand."""
         with self.db.session() as session:
             job = session.get(TrainingJob, job_id)
             if job is None or JobStatus(job.status) in TERMINAL:
-                return
+                return None
             runtime = dict(job.runtime)
             if "placement" not in runtime:
                 if job.stop_requested:
                     self._finish(session, job, "stopped", "stop", None, None)
-                    return
+                    return None
                 if not self._place(session, job):
-                    return
+                    return capacity.WaitStamp.parse(job.waiting_for)
                 runtime = dict(job.runtime)
             elif (
                 job.training_plan_arn
@@ -154,10 +201,11 @@ class JobsReconciler:
         with self.db.session() as session:
             current = session.get(TrainingJob, job_id)
             if current is None or JobStatus(current.status) in TERMINAL:
-                return
+                return None
             if current.training_plan_arn and self._interrupted(session, current, states, alive):
-                return
+                return None
             self._apply(session, current, states, alive)
+        return None
 
     def _place(self, session: Session, job: TrainingJob) -> bool:
         """Start the job on a matching warm pool, else on its plan's block or on demand."""
@@ -181,7 +229,9 @@ class JobsReconciler:
         resources = job.spec["ResourceConfig"]
         count = int(resources["InstanceCount"])
         runtime = timedelta(seconds=int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]))
-        calendar = capacity.load_calendar(
+        # From memory, reloading only pools whose version moved: read after the capacity
+        # lock, so no booking can slip in between and the calendar is current.
+        calendar = self.calendars.calendar(
             session, now, region=job.region, instance_type=resources["InstanceType"]
         )
         for pool in calendar.pools():
@@ -205,8 +255,14 @@ class JobsReconciler:
                 job.waiting_for = None
                 return True
         job.waiting_for = capacity.wait_stamp(
-            session, calendar, job.region, resources["InstanceType"], now
-        )
+            session,
+            calendar,
+            job.region,
+            resources["InstanceType"],
+            now,
+            count,
+            int(runtime.total_seconds()),
+        ).text()
         transition(
             job,
             Secondary.PENDING,

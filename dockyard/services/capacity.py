@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -230,11 +230,54 @@ def versions(session: Session | Connection) -> dict[tuple[str, str], int]:
     return {(region, kind): int(total or 0) for region, kind, total in rows}
 
 
+@dataclass(frozen=True)
+class WaitStamp:
+    """What a job that could not be placed on demand saw (`training_jobs.waiting_for`):
+    its type's pool-version sum, the next moment a lease on those pools ends (capacity
+    frees then with no write at all), and what it asked for."""
+
+    version: int
+    until: datetime | None
+    count: int
+    seconds: int
+
+    def text(self) -> str:
+        until = self.until.isoformat() if self.until else ""
+        return f"{self.version}|{until}|{self.count}|{self.seconds}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> WaitStamp | None:
+        try:
+            version, until, count, seconds = (text or "").split("|")
+            return cls(
+                int(version),
+                datetime.fromisoformat(until) if until else None,
+                int(count),
+                int(seconds),
+            )
+        except ValueError:
+            return None  # not a stamp (or an older one): the job is simply tried
+
+    def holds(self, version: int | None, now: datetime) -> bool:
+        """Whether nothing it recorded has changed by `now`."""
+        return version == self.version and (self.until is None or now < self.until)
+
+    def covers(self, other: WaitStamp) -> bool:
+        """Whether a job asking for `other` cannot fit where this one did not: as many
+        instances or more, for as long or longer, of the same type."""
+        return other.count >= self.count and other.seconds >= self.seconds
+
+
 def wait_stamp(
-    session: Session, calendar: Calendar, region: str, instance_type: str, now: datetime
-) -> str:
-    """What a job that could not be placed saw: its type's pool versions, and the next
-    moment a lease on them ends (when capacity frees with no write at all)."""
+    session: Session,
+    calendar: Calendar,
+    region: str,
+    instance_type: str,
+    now: datetime,
+    count: int,
+    seconds: int,
+) -> WaitStamp:
+    """What a job that could not be placed saw (see `WaitStamp`)."""
     ends = [
         lease.end
         for pool in calendar
@@ -243,13 +286,4 @@ def wait_stamp(
         if lease.end > now
     ]
     version = versions(session).get((region, instance_type), 0)
-    until = min(ends).isoformat() if ends else ""
-    return f"{version}|{until}"
-
-
-def still_waiting(stamp: str, version: int | None, now: datetime) -> bool:
-    """Whether nothing a job's wait stamp recorded has changed by `now`."""
-    recorded, _, until = stamp.partition("|")
-    if version is None or recorded != str(version):
-        return False
-    return not until or now < datetime.fromisoformat(until)
+    return WaitStamp(version, min(ends) if ends else None, count, seconds)

@@ -35,12 +35,16 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
         names = [f"queued-{i}" for i in range(20)]
         insert_training_jobs(database_url, account, names, status="InProgress")
         with db.session() as session:
-            for job in session.scalars(select(TrainingJob)):
-                # More instances than the fleet has: they wait.
+            for index, job in enumerate(
+                session.scalars(select(TrainingJob).order_by(TrainingJob.id))
+            ):
+                # More instances than the fleet has: they wait. One asks for fewer.
+                count = 5_000 if index == 10 else 10_000
                 job.spec = {
                     **job.spec,
-                    "ResourceConfig": {**job.spec["ResourceConfig"], "InstanceCount": 10_000},
+                    "ResourceConfig": {**job.spec["ResourceConfig"], "InstanceCount": count},
                 }
+                job.instance_count = count
                 job.runtime = {}
                 job.secondary_status = "Starting"
         reconciler = JobsReconciler(db, clock, LocalBackend(tmp_path / "data"), settings, plans)
@@ -76,7 +80,21 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
             )
         statements.clear()
         reconciler()
-        assert len(statements) > 20
+        # The first job is tried, and fails; so is the one asking for fewer instances.
+        # The others ask for as much as a job that just failed: they are not tried, and
+        # their stamps are brought up to date in one statement.
+        tried = [sql for sql in statements if "capacity_lock" in sql]
+        assert len(tried) == 2, statements
+        with db.read_session() as session:
+            versions = capacity.versions(session)
+            stamps = [
+                capacity.WaitStamp.parse(text)
+                for text in session.scalars(select(TrainingJob.waiting_for))
+            ]
+        assert all(
+            stamp is not None and stamp.holds(versions[("us-east-1", "ml.m5.xlarge")], clock.now())
+            for stamp in stamps
+        )
         # And once time passes a lease's end, without any write at all.
         statements.clear()
         reconciler()
