@@ -7,6 +7,12 @@ a lease on the jobs' instance type was written (one job is tried; the others ask
 as much or more and are only restamped); and a pass that finds nothing changed for them
 (their wait stamps hold). Goal: a pass with 10,000 queued jobs <= 100 ms once stamped.
 
+And a trivial job (`python3 -c pass`) from CreateTrainingJob to a Describe that says
+Completed, through boto3 against a live server, cold (new instances) and warm (on the
+warm pool the previous job left): every step reaches the control plane at once (the
+agents' wake-ups), not on the next tick. Goals (issue 13): warm <= 150 ms plus the
+job's own run time, cold <= 400 ms.
+
 The issue's other rows (create p50 as the queue grows, trivial-job throughput, the
 Slurm peer) are still to come.
 """
@@ -71,6 +77,75 @@ def _setup(root: Path, jobs: int) -> Any:
     return db, reconciler
 
 
+def _trivial_jobs(runs: int) -> dict[str, list[float]]:
+    """Seconds from CreateTrainingJob to Completed, cold and warm, on a live server."""
+    import configparser
+
+    import boto3
+
+    from bench.api_throughput import HOST, _subprocess_server, free_port
+    from dockyard.compute.local import end_agents
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        data_dir.mkdir()
+        port = free_port()
+        command = [sys.executable, "-m", "dockyard.cli.main", "serve", "--host", HOST]
+        command += ["--port", str(port), "--data-dir", str(data_dir)]
+        try:
+            with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
+                credentials = configparser.ConfigParser()
+                credentials.read(data_dir / "credentials")
+                client = boto3.client(
+                    "sagemaker",
+                    endpoint_url=f"http://{HOST}:{port}",
+                    region_name="us-east-1",
+                    aws_access_key_id=credentials["default"]["aws_access_key_id"],
+                    aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
+                )
+                (data_dir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
+                cold = [_until_completed(client, f"cold-{i}", 0) for i in range(runs + 1)]
+                warm = [_until_completed(client, f"warm-{i}", 600) for i in range(runs + 1)]
+        finally:
+            end_agents(data_dir, grace=1.0)
+    return {"cold": cold[1:], "warm": warm[2:]}  # the first of each warms caches and pools
+
+
+def _until_completed(client: Any, name: str, keep_alive: int) -> float:
+    started = time.perf_counter()
+    client.create_training_job(
+        TrainingJobName=name,
+        AlgorithmSpecification={
+            "TrainingImage": "python:3.11",
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": ["python3", "-c", "pass"],
+        },
+        RoleArn="arn:aws:iam::123456789012:role/bench",
+        OutputDataConfig={"S3OutputPath": "s3://bench/out"},
+        ResourceConfig={
+            "InstanceType": "ml.m5.xlarge",
+            "InstanceCount": 1,
+            "VolumeSizeInGB": 1,
+            **({"KeepAlivePeriodInSeconds": keep_alive} if keep_alive else {}),
+        },
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+    while True:
+        job = client.describe_training_job(TrainingJobName=name)
+        if job["TrainingJobStatus"] != "InProgress":
+            break
+        time.sleep(0.002)
+    seconds = time.perf_counter() - started
+    if job["TrainingJobStatus"] != "Completed":
+        raise RuntimeError(f"{name} ended {job['TrainingJobStatus']}")
+    if keep_alive:  # the next job comes once the pool is there and its interpreter parked
+        while job.get("WarmPoolStatus", {}).get("Status") != "Available":
+            time.sleep(0.01)
+            job = client.describe_training_job(TrainingJobName=name)
+        time.sleep(0.5)
+    return seconds
+
+
 def _time(call: Any) -> float:
     started = time.perf_counter()
     call()
@@ -116,7 +191,14 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
             unchanged = [_time(reconciler) for _ in range(10)]
         finally:
             db.dispose()
-    return {"queued": jobs, "every_job_s": first, "changed_s": changed, "unchanged_s": unchanged}
+    trivial = _trivial_jobs(3 if quick else 7)
+    return {
+        "queued": jobs,
+        "every_job_s": first,
+        "changed_s": changed,
+        "unchanged_s": unchanged,
+        "trivial": trivial,
+    }
 
 
 def report(results: dict[str, Any]) -> bool:
@@ -136,6 +218,20 @@ def report(results: dict[str, Any]) -> bool:
             label, f"{statistics.median(values) * 1000:.0f}", f"{max(values) * 1000:.0f}"
         )
     console.print(table)
+    trivial = Table(title="A trivial job, CreateTrainingJob -> Describe says Completed (boto3)")
+    trivial.add_column("start")
+    trivial.add_column("p50 ms", justify="right")
+    trivial.add_column("max ms", justify="right")
+    trivial.add_column("goal", justify="right")
+    for label, key, goal in (("cold", "cold", "<= 400"), ("warm pool", "warm", "<= 150 + run")):
+        values = results["trivial"][key]
+        trivial.add_row(
+            label,
+            f"{statistics.median(values) * 1000:.0f}",
+            f"{max(values) * 1000:.0f}",
+            goal,
+        )
+    console.print(trivial)
     quiet = statistics.median(results["unchanged_s"]) * 1000
     met = quiet <= GOAL_MS
     console.print(

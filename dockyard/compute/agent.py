@@ -27,6 +27,7 @@ job's Python is running before the job arrives. On release the cache is deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -432,7 +433,10 @@ class Agent:
             if stop_reason is not None:
                 self._terminate(zygote, spec.stop_grace_seconds)
                 break
-            time.sleep(POLL_SECONDS)
+            # Back as soon as the job exits, not at the next poll: a short job's end is
+            # seen at once (a stop or the deadline at most POLL_SECONDS late).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=POLL_SECONDS)
         # The job is over when its first process ends, as when a container's entrypoint
         # exits: whatever it left behind ends with it (and with its sandbox).
         code = _exit_code(zygote.end())

@@ -51,7 +51,14 @@ class Listener:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a socket a previous server left behind
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(self.path))
+        try:
+            sock.bind(str(self.path))
+        except OSError as exc:  # e.g. a data dir path longer than a socket's 108 bytes
+            sock.close()
+            log.warning(
+                "no wake-ups from the agents (%s): %s; the tick still runs", self.path, exc
+            )
+            return
         os.chmod(self.path, 0o600)
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name="dockyard-wake", daemon=True)
@@ -69,9 +76,13 @@ class Listener:
             except OSError:
                 return
             # Many agents may report at once: one nudge wakes one pass for all of them.
+            # Drained without waiting (in timeout mode even MSG_DONTWAIT first waits
+            # for the timeout: a wake-up took half a second).
+            sock.setblocking(False)
             with contextlib.suppress(OSError):
-                while sock.recv(64, socket.MSG_DONTWAIT):
+                while sock.recv(64):
                     pass
+            sock.settimeout(0.5)
             try:
                 self._on_wake()
             except Exception:  # a wake-up must never end the listener
