@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock, monotonic, wall_now
@@ -73,6 +73,11 @@ class JobsReconciler:
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
         self._recheck_all_at = 0.0  # the first pass looks at every job
+        # What the last pass saw, to read only the queued jobs whose stamps may have
+        # changed: each type's pool-version sum, and the next moment one of its queued
+        # jobs' stamps runs out.
+        self._seen: dict[tuple[str, str], int] = {}
+        self._until: dict[tuple[str, str], datetime] = {}
         self.calendars = calendars if calendars is not None else capacity.CalendarCache()
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
@@ -93,27 +98,51 @@ class JobsReconciler:
 
     def __call__(self) -> None:
         now = self.clock.now()
-        with self.db.read_session() as session:
-            rows = session.execute(
-                select(
-                    TrainingJob.id,
-                    TrainingJob.region,
-                    TrainingJob.instance_type,
-                    TrainingJob.waiting_for,
-                    TrainingJob.stop_requested,
-                ).where(
-                    TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
-                )
-            ).all()
-            versions = capacity.versions(session) if any(r.waiting_for for r in rows) else {}
-        # A warm pool may take a job its type's other jobs could not: no inference from
-        # one job's failure to another's where one is Available (read when first needed).
-        warm: set[tuple[str, str]] | None = None
         # Now and then every job is looked at again, whatever its stamp says: a change
         # that bypassed the versions (none is known) would otherwise strand a job.
         everything = monotonic() >= self._recheck_all_at
         if everything:
             self._recheck_all_at = monotonic() + RECHECK_ALL_SECONDS
+        with self.db.read_session() as session:
+            versions = capacity.versions(session)
+            query = select(
+                TrainingJob.id,
+                TrainingJob.region,
+                TrainingJob.instance_type,
+                TrainingJob.waiting_for,
+                TrainingJob.stop_requested,
+            ).where(
+                TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
+            )
+            changed = list(versions)
+            if not everything:
+                # Queued jobs of a type whose capacity has not changed since the last pass
+                # (and none of whose stamps has run out) are not even read: a deep queue
+                # costs a pass, and so each create's nudge, next to nothing.
+                changed = [
+                    kind
+                    for kind, version in versions.items()
+                    if self._seen.get(kind) != version
+                    or (kind in self._until and now >= self._until[kind])
+                ]
+                query = query.where(
+                    or_(
+                        TrainingJob.waiting_for.is_(None),
+                        TrainingJob.stop_requested,
+                        tuple_(TrainingJob.region, TrainingJob.instance_type).in_(changed),
+                    )
+                )
+            rows = session.execute(query).all()
+        self._seen = dict(versions)
+        until: dict[tuple[str, str], datetime] = {}  # the next stamp to run out, per type
+
+        def waits(kind: tuple[str, str], stamp: capacity.WaitStamp) -> None:
+            if stamp.until is not None and (kind not in until or stamp.until < until[kind]):
+                until[kind] = stamp.until
+
+        # A warm pool may take a job its type's other jobs could not: no inference from
+        # one job's failure to another's where one is Available (read when first needed).
+        warm: set[tuple[str, str]] | None = None
         failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
         restamped: list[dict[str, Any]] = []
         moved = False  # whether a step since `versions` was read may have written leases
@@ -122,6 +151,7 @@ class JobsReconciler:
             stamp = capacity.WaitStamp.parse(row.waiting_for)
             if stamp is not None and not row.stop_requested:
                 if not everything and stamp.holds(versions.get(kind), now):
+                    waits(kind, stamp)
                     continue  # queued, and nothing it waits for has changed
                 if warm is None:
                     with self.db.read_session() as session:
@@ -143,8 +173,9 @@ class JobsReconciler:
                         None,
                     )
                     if covering is not None:
-                        seen = replace(stamp, version=covering.version, until=covering.until)
-                        restamped.append({"id": row.id, "waiting_for": seen.text()})
+                        restamp = replace(stamp, version=covering.version, until=covering.until)
+                        restamped.append({"id": row.id, "waiting_for": restamp.text()})
+                        waits(kind, restamp)
                         continue
             try:
                 outcome = self.step(row.id)
@@ -153,11 +184,18 @@ class JobsReconciler:
                 outcome = None
             if outcome is not None:
                 failed.setdefault(kind, []).append(outcome)
+                waits(kind, outcome)
             else:
                 moved = True
         if restamped:
             with self.db.session() as session:
                 session.execute(update(TrainingJob), restamped)
+        # Types whose stamped jobs were read now know their next run-out afresh; the
+        # others keep the last pass's, or an earlier one from a job that failed now.
+        kept = {k: v for k, v in self._until.items() if k not in set(changed)}
+        for kind, moment in until.items():
+            kept[kind] = min(kept.get(kind, moment), moment)
+        self._until = kept
 
     # ------------------------------------------------------------------ one job
 

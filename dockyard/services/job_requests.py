@@ -184,10 +184,9 @@ def create(
             f"the fleet has no {instance_type} instances in {region} for on-demand jobs"
         )
     arn = training_job_arn(region, account_id, name)
-    taken = owned(TrainingJob, account_id, region).where(
-        func.lower(TrainingJob.name) == name.lower()
-    )
-    if session.scalar(taken):
+    # The ARN lower-cases the name, and is unique: one indexed lookup, whatever the
+    # number of jobs, for names that differ only in case too.
+    if session.scalar(select(TrainingJob.id).where(TrainingJob.arn == arn)) is not None:
         raise ResourceInUse(_name_taken(arn))
     if not plan_arn:
         _check_quota(session, account_id, region, params, settings)
