@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import or_, select, tuple_, update
+from sqlalchemy import or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock, monotonic, wall_now
@@ -144,7 +144,6 @@ class JobsReconciler:
         # one job's failure to another's where one is Available (read when first needed).
         warm: set[tuple[str, str]] | None = None
         failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
-        restamped: list[dict[str, Any]] = []
         moved = False  # whether a step since `versions` was read may have written leases
         for row in rows:
             kind = (row.region, row.instance_type)
@@ -173,9 +172,10 @@ class JobsReconciler:
                         None,
                     )
                     if covering is not None:
-                        restamp = replace(stamp, version=covering.version, until=covering.until)
-                        restamped.append({"id": row.id, "waiting_for": restamp.text()})
-                        waits(kind, restamp)
+                        # Not written back: the next pass reads this type's jobs only
+                        # if its capacity moves again (or once a minute), and then
+                        # judges them the same way.
+                        waits(kind, replace(stamp, until=covering.until))
                         continue
             try:
                 outcome = self.step(row.id)
@@ -187,9 +187,6 @@ class JobsReconciler:
                 waits(kind, outcome)
             else:
                 moved = True
-        if restamped:
-            with self.db.session() as session:
-                session.execute(update(TrainingJob), restamped)
         # Types whose stamped jobs were read now know their next run-out afresh; the
         # others keep the last pass's, or an earlier one from a job that failed now.
         kept = {k: v for k, v in self._until.items() if k not in set(changed)}

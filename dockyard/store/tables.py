@@ -85,8 +85,16 @@ class TrainingJob(Base):
         UniqueConstraint("account_id", "region", "name", name="uq_training_jobs_account_name"),
         Index("ix_training_jobs_account_created", "account_id", "region", "creation_time"),
         # The quota check sums the instances an account's running jobs hold per type
-        # from here, rather than loading every running job (SPEC §5.7; issue 13).
-        Index("ix_training_jobs_quota", "account_id", "region", "instance_type", "status"),
+        # from here alone (the count is in the index), rather than loading every
+        # running job (SPEC §5.7; issue 13).
+        Index(
+            "ix_training_jobs_quota",
+            "account_id",
+            "region",
+            "instance_type",
+            "status",
+            "instance_count",
+        ),
         # The ARN lower-cases the name: names that differ only in case are one job, or two
         # jobs would share an ARN (and the capacity leases held under it).
         Index("ix_training_jobs_arn", "arn", unique=True),
