@@ -32,9 +32,11 @@ CONTENT_TYPE = "application/x-amz-json-1.1"
 # Enforced by the app before a body is read (api/app.py), so never past the limit.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 READ_ONLY_PREFIXES = ("Describe", "List", "Get")
-# Reads that also read an instance's files (logs, scraped metrics): never on the event
-# loop, where a slow disk or a big read would hold up every other request.
-READS_FILES = frozenset({"GetLogEvents", "DescribeLogStreams", "DescribeTrainingJob"})
+# Reads that also read an instance's files (its log): never on the event loop, where a
+# slow disk or a big read would hold up every other request. (DescribeTrainingJob reads
+# its metrics from the database; only a job that ended before they were kept there has
+# them read from the instances' small metrics files.)
+READS_FILES = frozenset({"GetLogEvents", "DescribeLogStreams"})
 
 
 def reads_only_the_database(target: str) -> bool:

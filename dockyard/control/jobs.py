@@ -26,10 +26,11 @@ from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
+from dockyard.domain import metrics as metric_rules
 from dockyard.domain import plan_jobs as plan_rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
 from dockyard.domain.warm_pools import WarmPoolStatus, keep_alive_seconds
-from dockyard.services import capacity, ledger, plan_jobs, warm_pools
+from dockyard.services import capacity, ledger, logs, plan_jobs, warm_pools
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob, WarmPool
@@ -509,6 +510,19 @@ class JobsReconciler:
             history[-1] = {**history[-1], "EndTime": now.isoformat()}
             job.transitions = {"items": history}
         job.training_end_time = end
+        definitions = job.spec.get("AlgorithmSpecification", {}).get("MetricDefinitions")
+        if definitions:
+            # Written by each agent before it reports its end; kept so a Describe reads
+            # only the database.
+            scraped = logs.job_metrics(
+                session, self.data_dir, job.account_id, job.region, job.name
+            )
+            job.final_metrics = {
+                "items": [
+                    {**metric, "Timestamp": metric["Timestamp"].isoformat()}
+                    for metric in metric_rules.final_metrics_of(definitions, scraped)
+                ]
+            }
         capacity.release(session, job.arn)
         launched = any(state.get("phase", "launching") != "launching" for state in states or [])
         warm_pools.settle(

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
+from sqlalchemy.orm import Session
 
 from dockyard.clock import utc
 from dockyard.compute.log_index import LogReader, read_metrics
@@ -516,7 +517,7 @@ def filter_log_events(
 
 
 def job_metrics(
-    connection: Connection,
+    connection: Connection | Session,
     data_dir: Path | None,
     account_id: str,
     region: str,

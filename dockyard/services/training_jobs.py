@@ -55,6 +55,7 @@ _DESCRIBE = select(
     JOBS.c.failure_reason,
     JOBS.c.transitions,
     JOBS.c.billable_seconds,
+    JOBS.c.final_metrics,
 ).where(*_SCOPE, JOBS.c.name == bindparam("name"))
 
 # Filter member -> the condition it adds, with a bound parameter named after the member.
@@ -105,13 +106,19 @@ def describe_training_job(
         "ModelArtifacts",
         {"S3ModelArtifacts": f"{output.rstrip('/')}/{job.name}/output/model.tar.gz"},
     )
-    # Scraped by the instances' agents as lines arrive; merged here for a finished job
-    # that declared MetricDefinitions.
+    # Scraped by the instances' agents as lines arrive, merged and kept when the job
+    # ended; a job that ended before dockyard kept them is answered from the files.
     definitions = spec.get("AlgorithmSpecification", {}).get("MetricDefinitions")
     final_metrics = None
     if definitions and JobStatus(job.status) in TERMINAL:
-        instances = logs.job_metrics(connection, data_dir, account_id, region, job.name)
-        final_metrics = metrics.final_metrics_of(definitions, instances)
+        if job.final_metrics is not None:
+            final_metrics = [
+                {**metric, "Timestamp": datetime.fromisoformat(metric["Timestamp"])}
+                for metric in job.final_metrics.get("items", [])
+            ]
+        else:
+            instances = logs.job_metrics(connection, data_dir, account_id, region, job.name)
+            final_metrics = metrics.final_metrics_of(definitions, instances)
     training_seconds = None
     if job.training_start_time and job.training_end_time:
         training_seconds = int((job.training_end_time - job.training_start_time).total_seconds())

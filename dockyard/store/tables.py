@@ -132,6 +132,9 @@ class TrainingJob(Base):
     runtime: Mapped[dict[str, Any]] = mapped_column(default=dict)
     stop_requested: Mapped[bool] = mapped_column(default=False)
     billable_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
+    # FinalMetricDataList, {"items": [...]} (Timestamp in ISO 8601), merged from the
+    # instances' scraped values when the job ended: a Describe reads no files.
+    final_metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     # The warm pool this job ran on or left behind (SPEC §5); the job's own view of it.
     warm_pool_id: Mapped[int | None] = mapped_column(Integer, default=None, index=True)
     warm_pool_reused_by: Mapped[str | None] = mapped_column(String(63), default=None)

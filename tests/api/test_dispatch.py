@@ -13,7 +13,6 @@ from dockyard.api.dispatch import reads_only_the_database
         "Logs_20140328.GetLogEvents",
         "Logs_20140328.DescribeLogStreams",
         "Logs_20140328.FilterLogEvents",
-        "SageMaker.DescribeTrainingJob",  # reads the instances' scraped metrics
         "SageMaker.CreateTrainingJob",
         "SageMaker.SearchTrainingPlanOfferings",
     ],
@@ -24,7 +23,12 @@ def test_what_reads_files_or_writes_goes_to_the_thread_pool(target: str) -> None
 
 
 @pytest.mark.parametrize(
-    "target", ["SageMaker.ListTrainingJobs", "SageMaker.DescribeTrainingPlan"]
+    "target",
+    [
+        "SageMaker.ListTrainingJobs",
+        "SageMaker.DescribeTrainingJob",
+        "SageMaker.DescribeTrainingPlan",
+    ],
 )
 def test_database_reads_run_inline(target: str) -> None:
     assert reads_only_the_database(target)

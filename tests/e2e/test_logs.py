@@ -262,3 +262,8 @@ def test_a_big_log_costs_a_reader_only_what_it_reads(
             break
         token = page["nextForwardToken"]
     assert count == BIG_LINES + 2
+    # The metrics were kept when the job ended: a Describe reads no instance files.
+    for scraped in (server.data_dir / "instances").glob(f"*-{BIG_JOB}-*/algo-*/logs/metrics.json"):
+        scraped.unlink()
+    again = client.describe_training_job(TrainingJobName=BIG_JOB)["FinalMetricDataList"]
+    assert again == described["FinalMetricDataList"]
