@@ -18,10 +18,8 @@ server, so some slowdown is the load itself).
 
 from __future__ import annotations
 
-import configparser
 import json
 import multiprocessing
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,13 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 from rich.console import Console
 from rich.table import Table
 
-from bench.api_throughput import HOST, ROOT, _subprocess_server, free_port
-from bench.saved import save
-from dockyard.compute.local import end_agents
+from bench.api_throughput import ROOT
+from bench.live import Live, live_server
+from bench.saved import save, stats
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 JOB = "big-log"
@@ -48,16 +45,6 @@ def _code(lines: int) -> str:
         "import sys; w = sys.stdout.write; "
         f"[w(f'step {{i}} loss={{1 / (i + 1):.6f}} ' + 'x' * {LINE_CHARS} + chr(10)) "
         f"for i in range({lines})]"
-    )
-
-
-def _client(service: str, port: int, key: tuple[str, str]) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=f"http://{HOST}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id=key[0],
-        aws_secret_access_key=key[1],
     )
 
 
@@ -115,10 +102,10 @@ def _naive_read(path: Path) -> list[tuple[int, str]]:
     return events
 
 
-def _read_forever(port: int, key: tuple[str, str], stream: str, kind: str, stop: Any) -> None:
+def _read_forever(live: Live, stream: str, kind: str, stop: Any) -> None:
     """Read the big log (or describe its job) without pause until told to stop."""
-    logs = _client("logs", port, key)
-    sagemaker = _client("sagemaker", port, key)
+    logs = live.client("logs")
+    sagemaker = live.client()
     while not stop.is_set():
         if kind == "head":
             logs.get_log_events(logGroupName=GROUP, logStreamName=stream, startFromHead=True)
@@ -135,79 +122,57 @@ def _times(call: Callable[[], Any], runs: int) -> list[float]:
     return seconds
 
 
-def _stats(seconds: list[float]) -> dict[str, float]:
-    ordered = sorted(seconds)
-    return {
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
-    }
-
-
 def run_benchmark(quick: bool) -> dict[str, Any]:
     lines = 60_000 if quick else 200_000
     runs = 10 if quick else 30
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
-        port = free_port()
-        command = [sys.executable, "-m", "dockyard.cli.main", "serve", "--host", HOST]
-        command += ["--port", str(port), "--data-dir", str(data_dir)]
+    with tempfile.TemporaryDirectory() as tmp, live_server(Path(tmp) / "data") as live:
+        data_dir = live.data_dir
+        sagemaker = live.client()
+        logs = live.client("logs")
+        log_path = _run_big_job(sagemaker, data_dir, lines)
+        created = sagemaker.describe_training_job(TrainingJobName=JOB)["CreationTime"]
+        stream = f"{JOB}/algo-1-{int(created.timestamp())}"
+        neighbour = live.client(key=_other_tenant(data_dir))
+        calls: dict[str, Callable[[], Any]] = {
+            "GetLogEvents, head": lambda: logs.get_log_events(
+                logGroupName=GROUP, logStreamName=stream, startFromHead=True
+            ),
+            "GetLogEvents, tail (limit 100)": lambda: logs.get_log_events(
+                logGroupName=GROUP, logStreamName=stream, limit=100
+            ),
+            "FilterLogEvents, one page": lambda: logs.filter_log_events(
+                logGroupName=GROUP,
+                logStreamNames=[stream],
+                filterPattern="loss",
+                limit=100,
+            ),
+            "DescribeTrainingJob with metrics": lambda: sagemaker.describe_training_job(
+                TrainingJobName=JOB
+            ),
+        }
+        measured = {name: stats(_times(call, runs)) for name, call in calls.items()}
+        list_jobs = lambda: neighbour.list_training_jobs(MaxResults=10)  # noqa: E731
+        list_jobs()
+        quiet = stats(_times(list_jobs, runs * 3))
+        # The readers are other processes, so the one measuring here shares
+        # nothing with them but the server.
+        context = multiprocessing.get_context("spawn")
+        stop = context.Event()
+        readers = [
+            context.Process(target=_read_forever, args=(live, stream, kind, stop))
+            for kind in ("head", "describe")
+        ]
+        for process in readers:
+            process.start()
         try:
-            with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
-                credentials = configparser.ConfigParser()
-                credentials.read(data_dir / "credentials")
-                own = (
-                    credentials["default"]["aws_access_key_id"],
-                    credentials["default"]["aws_secret_access_key"],
-                )
-                sagemaker = _client("sagemaker", port, own)
-                logs = _client("logs", port, own)
-                log_path = _run_big_job(sagemaker, data_dir, lines)
-                created = sagemaker.describe_training_job(TrainingJobName=JOB)["CreationTime"]
-                stream = f"{JOB}/algo-1-{int(created.timestamp())}"
-                neighbour = _client("sagemaker", port, _other_tenant(data_dir))
-                calls: dict[str, Callable[[], Any]] = {
-                    "GetLogEvents, head": lambda: logs.get_log_events(
-                        logGroupName=GROUP, logStreamName=stream, startFromHead=True
-                    ),
-                    "GetLogEvents, tail (limit 100)": lambda: logs.get_log_events(
-                        logGroupName=GROUP, logStreamName=stream, limit=100
-                    ),
-                    "FilterLogEvents, one page": lambda: logs.filter_log_events(
-                        logGroupName=GROUP,
-                        logStreamNames=[stream],
-                        filterPattern="loss",
-                        limit=100,
-                    ),
-                    "DescribeTrainingJob with metrics": lambda: sagemaker.describe_training_job(
-                        TrainingJobName=JOB
-                    ),
-                }
-                measured = {name: _stats(_times(call, runs)) for name, call in calls.items()}
-                list_jobs = lambda: neighbour.list_training_jobs(MaxResults=10)  # noqa: E731
-                list_jobs()
-                quiet = _stats(_times(list_jobs, runs * 3))
-                # The readers are other processes, so the one measuring here shares
-                # nothing with them but the server.
-                context = multiprocessing.get_context("spawn")
-                stop = context.Event()
-                readers = [
-                    context.Process(target=_read_forever, args=(port, own, stream, kind, stop))
-                    for kind in ("head", "describe")
-                ]
-                for process in readers:
-                    process.start()
-                try:
-                    time.sleep(2)  # the readers' interpreters up and reading
-                    loaded = _stats(_times(list_jobs, runs * 3))
-                finally:
-                    stop.set()
-                    for process in readers:
-                        process.join(timeout=30)
-                naive = _stats(_times(lambda: _naive_read(log_path), max(3, runs // 5)))
-                size = log_path.stat().st_size
+            time.sleep(2)  # the readers' interpreters up and reading
+            loaded = stats(_times(list_jobs, runs * 3))
         finally:
-            end_agents(data_dir, grace=1.0)
+            stop.set()
+            for process in readers:
+                process.join(timeout=30)
+        naive = stats(_times(lambda: _naive_read(log_path), max(3, runs // 5)))
+        size = log_path.stat().st_size
     return {
         "log_bytes": size,
         "log_lines": lines,
@@ -230,9 +195,9 @@ def report(results: dict[str, Any]) -> bool:
     table.add_column("p99 ms", justify="right")
     table.add_column("naive whole-file read ms", justify="right")
     met = True
-    for name, stats in results["calls"].items():
-        table.add_row(name, f"{stats['p50_ms']:.1f}", f"{stats['p99_ms']:.1f}", f"{naive:.0f}")
-        met = met and stats["p50_ms"] <= 50
+    for name, call in results["calls"].items():
+        table.add_row(name, f"{call['p50_ms']:.1f}", f"{call['p99_ms']:.1f}", f"{naive:.0f}")
+        met = met and call["p50_ms"] <= 50
     quiet = results["neighbour_list_quiet"]
     loaded = results["neighbour_list_loaded"]
     table.add_row(

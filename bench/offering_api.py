@@ -14,9 +14,7 @@ HTTP), then searched. Goal: p99 through the API < 10 ms.
 
 from __future__ import annotations
 
-import configparser
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -24,13 +22,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 from rich.console import Console
 from rich.table import Table
 
-from bench.api_throughput import HOST, _subprocess_server, free_port
+from bench.live import live_server
 from bench.offering_search import instance_types
-from bench.saved import save
+from bench.saved import save, stats
 
 SEED = 20261202
 ZONES = [f"us-east-1{letter}" for letter in "abcdef"]
@@ -109,15 +106,6 @@ def _requests(rng: random.Random, types: list[str], count: int) -> list[dict[str
     return requests
 
 
-def _stats(seconds: list[float]) -> dict[str, float]:
-    ordered = sorted(seconds)
-    return {
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
-        "max_ms": ordered[-1] * 1000,
-    }
-
-
 def _baseline(database_url: str, requests: list[dict[str, Any]], now: datetime) -> list[float]:
     """Each search as the server made it before: a fresh calendar from the database."""
     from dockyard.domain import offerings as rules
@@ -147,28 +135,16 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
     types = instance_types()[:10]
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
         config = Path(tmp) / "dockyard.toml"
         _config(config, types)
-        port = free_port()
-        command = [sys.executable, "-m", "dockyard.cli.main", "serve", "--host", HOST]
-        command += ["--port", str(port), "--data-dir", str(data_dir), "--config", str(config)]
         database_url = f"sqlite:///{(data_dir / 'dockyard.db').resolve()}"
-        with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
+        with live_server(data_dir, "--config", str(config)):
             pass  # the first start makes the database and the fleet
         now = datetime.now(UTC)
         leases = _seed_leases(database_url, rng, now)
         requests = _requests(rng, types, searches)
-        with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
-            credentials = configparser.ConfigParser()
-            credentials.read(data_dir / "credentials")
-            client = boto3.client(
-                "sagemaker",
-                endpoint_url=f"http://{HOST}:{port}",
-                region_name="us-east-1",
-                aws_access_key_id=credentials["default"]["aws_access_key_id"],
-                aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
-            )
+        with live_server(data_dir, "--config", str(config)) as live:
+            client = live.client()
             for params in requests[:20]:  # the calendar into memory, boto3 warmed up
                 client.search_training_plan_offerings(**params)
             api = []
@@ -180,8 +156,8 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
     return {
         "instances": len(types) * len(ZONES) * PER_POOL,
         "leases": leases,
-        "api": _stats(api),
-        "baseline": _stats(baseline),
+        "api": stats(api),
+        "baseline": stats(baseline),
     }
 
 

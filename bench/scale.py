@@ -32,6 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.live import live_server
 from bench.saved import save
 
 GOAL_MS = 100.0
@@ -82,68 +83,28 @@ def _setup(root: Path, jobs: int) -> Any:
 
 def _trivial_jobs(runs: int) -> dict[str, list[float]]:
     """Seconds from CreateTrainingJob to Completed, cold and warm, on a live server."""
-    import configparser
-
-    import boto3
-
-    from bench.api_throughput import HOST, _subprocess_server, free_port
-    from dockyard.compute.local import end_agents
-
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
-        port = free_port()
-        command = [sys.executable, "-m", "dockyard.cli.main", "serve", "--host", HOST]
-        command += ["--port", str(port), "--data-dir", str(data_dir)]
-        try:
-            with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
-                credentials = configparser.ConfigParser()
-                credentials.read(data_dir / "credentials")
-                client = boto3.client(
-                    "sagemaker",
-                    endpoint_url=f"http://{HOST}:{port}",
-                    region_name="us-east-1",
-                    aws_access_key_id=credentials["default"]["aws_access_key_id"],
-                    aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
-                )
-                (data_dir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
-                cold = [_until_completed(client, f"cold-{i}", 0) for i in range(runs + 1)]
-                warm = [_until_completed(client, f"warm-{i}", 600) for i in range(runs + 1)]
-        finally:
-            end_agents(data_dir, grace=1.0)
+    with tempfile.TemporaryDirectory() as tmp, live_server(Path(tmp) / "data") as live:
+        client = live.client()
+        (live.data_dir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
+        cold = [_until_completed(client, f"cold-{i}", 0) for i in range(runs + 1)]
+        warm = [_until_completed(client, f"warm-{i}", 600) for i in range(runs + 1)]
     return {"cold": cold[1:], "warm": warm[2:]}  # the first of each warms caches and pools
 
 
 def _create_latency(queued: int, runs: int) -> dict[str, list[float]]:
     """CreateTrainingJob's seconds on an empty server, then with `queued` jobs queued."""
-    import configparser
-
-    import boto3
     from sqlalchemy import create_engine, text
 
-    from bench.api_throughput import HOST, _subprocess_server, free_port
     from tests.fixtures import insert_training_jobs
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        data_dir.mkdir()
         config = Path(tmp) / "dockyard.toml"
         # Room in the quota for a deep queue of jobs bigger than the fleet.
         config.write_text("[quotas]\ntraining_instances_per_type = 100000000\n")
-        port = free_port()
-        command = [sys.executable, "-m", "dockyard.cli.main", "serve", "--host", HOST]
-        command += ["--port", str(port), "--data-dir", str(data_dir), "--config", str(config)]
         url = f"sqlite:///{(data_dir / 'dockyard.db').resolve()}"
-        with _subprocess_server("dockyard", command, port, data_dir, "/healthz"):
-            credentials = configparser.ConfigParser()
-            credentials.read(data_dir / "credentials")
-            client = boto3.client(
-                "sagemaker",
-                endpoint_url=f"http://{HOST}:{port}",
-                region_name="us-east-1",
-                aws_access_key_id=credentials["default"]["aws_access_key_id"],
-                aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
-            )
+        with live_server(data_dir, "--config", str(config)) as live:
+            client = live.client()
             (data_dir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
 
             def create(name: str) -> float:
@@ -278,7 +239,7 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
             # No job has a stamp yet: each is tried, behind the capacity lock with its
             # calendar - what every pass did before issue 13.
             first = [_time(reconciler)]
-            reconciler._recheck_all_at = float("inf")
+            reconciler.queue.recheck_all_at = float("inf")
             changed = []
             for index in range(3):
                 _change_capacity(db, reconciler, index)

@@ -11,41 +11,33 @@ import logging
 import math
 import socket
 import sys
-from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from dockyard.clock import Clock, monotonic, wall_now
+from dockyard.clock import Clock, wall_now
 from dockyard.compute import wake
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
+from dockyard.control.job_queue import JobQueue
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain import metrics as metric_rules
 from dockyard.domain import plan_jobs as plan_rules
 from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
-from dockyard.domain.warm_pools import WarmPoolStatus, keep_alive_seconds
+from dockyard.domain.warm_pools import keep_alive_seconds
 from dockyard.services import capacity, ledger, logs, plan_jobs, warm_pools
 from dockyard.services.job_requests import set_status, transition
 from dockyard.store.db import Database
-from dockyard.store.tables import TrainingJob, WarmPool
+from dockyard.store.tables import TrainingJob
 
 log = logging.getLogger("dockyard.control.jobs")
 PHASES = ("launching", "downloading", "training", "uploading")
 ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 STOP_GRACE_SECONDS = 10
-# How often every queued job is tried again even though its wait stamp still holds.
-RECHECK_ALL_SECONDS = 60.0
-_WARM_TYPES = (
-    select(WarmPool.region, WarmPool.instance_type)
-    .where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
-    .distinct()
-)
 
 
 def _instance_key(job: TrainingJob) -> str:
@@ -73,12 +65,7 @@ class JobsReconciler:
         self.backend = backend
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
-        self._recheck_all_at = 0.0  # the first pass looks at every job
-        # What the last pass saw, to read only the queued jobs whose stamps may have
-        # changed: each type's pool-version sum, and the next moment one of its queued
-        # jobs' stamps runs out.
-        self._seen: dict[tuple[str, str], int] = {}
-        self._until: dict[tuple[str, str], datetime] = {}
+        self.queue = JobQueue(db, clock)  # which jobs a pass steps
         self.calendars = calendars if calendars is not None else capacity.CalendarCache()
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
@@ -98,102 +85,7 @@ class JobsReconciler:
         )
 
     def __call__(self) -> None:
-        now = self.clock.now()
-        # Now and then every job is looked at again, whatever its stamp says: a change
-        # that bypassed the versions (none is known) would otherwise strand a job.
-        everything = monotonic() >= self._recheck_all_at
-        if everything:
-            self._recheck_all_at = monotonic() + RECHECK_ALL_SECONDS
-        with self.db.read_session() as session:
-            versions = capacity.versions(session)
-            query = select(
-                TrainingJob.id,
-                TrainingJob.region,
-                TrainingJob.instance_type,
-                TrainingJob.waiting_for,
-                TrainingJob.stop_requested,
-            ).where(
-                TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
-            )
-            changed = list(versions)
-            if not everything:
-                # Queued jobs of a type whose capacity has not changed since the last pass
-                # (and none of whose stamps has run out) are not even read: a deep queue
-                # costs a pass, and so each create's nudge, next to nothing.
-                changed = [
-                    kind
-                    for kind, version in versions.items()
-                    if self._seen.get(kind) != version
-                    or (kind in self._until and now >= self._until[kind])
-                ]
-                query = query.where(
-                    or_(
-                        TrainingJob.waiting_for.is_(None),
-                        TrainingJob.stop_requested,
-                        tuple_(TrainingJob.region, TrainingJob.instance_type).in_(changed),
-                    )
-                )
-            rows = session.execute(query).all()
-        self._seen = dict(versions)
-        until: dict[tuple[str, str], datetime] = {}  # the next stamp to run out, per type
-
-        def waits(kind: tuple[str, str], stamp: capacity.WaitStamp) -> None:
-            if stamp.until is not None and (kind not in until or stamp.until < until[kind]):
-                until[kind] = stamp.until
-
-        # A warm pool may take a job its type's other jobs could not: no inference from
-        # one job's failure to another's where one is Available (read when first needed).
-        warm: set[tuple[str, str]] | None = None
-        failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
-        moved = False  # whether a step since `versions` was read may have written leases
-        for row in rows:
-            kind = (row.region, row.instance_type)
-            stamp = capacity.WaitStamp.parse(row.waiting_for)
-            if stamp is not None and not row.stop_requested:
-                if not everything and stamp.holds(versions.get(kind), now):
-                    waits(kind, stamp)
-                    continue  # queued, and nothing it waits for has changed
-                if warm is None:
-                    with self.db.read_session() as session:
-                        warm = {(r.region, r.instance_type) for r in session.execute(_WARM_TYPES)}
-                if kind not in warm:
-                    if moved:
-                        with self.db.read_session() as session:
-                            versions = capacity.versions(session)
-                        moved = False
-                    current = versions.get(kind)
-                    # A job of this type that asked for less failed in this pass, on
-                    # the capacity there is now: this one cannot fit either.
-                    covering = next(
-                        (
-                            f
-                            for f in failed.get(kind, ())
-                            if f.holds(current, now) and f.covers(stamp)
-                        ),
-                        None,
-                    )
-                    if covering is not None:
-                        # Not written back: the next pass reads this type's jobs only
-                        # if its capacity moves again (or once a minute), and then
-                        # judges them the same way.
-                        waits(kind, replace(stamp, until=covering.until))
-                        continue
-            try:
-                outcome = self.step(row.id)
-            except Exception:
-                log.exception("training job %s: step failed; retrying on the next pass", row.id)
-                outcome = None
-            if outcome is not None:
-                failed.setdefault(kind, []).append(outcome)
-                waits(kind, outcome)
-            else:
-                moved = True
-        # Types whose stamped jobs were read now know their next run-out afresh; the
-        # others keep the last pass's, or an earlier one from a job that failed now.
-        kept = {k: v for k, v in self._until.items() if k not in set(changed)}
-        for kind, moment in until.items():
-            kept[kind] = min(kept.get(kind, moment), moment)
-        self._until = kept
+        self.queue.run(self.step)
 
     # ------------------------------------------------------------------ one job
 

@@ -219,14 +219,18 @@ def _bump(session: Session, keys: list[str]) -> None:
 # ------------------------------------------------------------------ waiting jobs
 
 
-def versions(session: Session | Connection) -> dict[tuple[str, str], int]:
-    """(region, instance type) -> the sum of its plain pools' versions. Versions only
-    grow, so the sum moves whenever any of those pools' leases or capacity change."""
-    rows = session.execute(
-        select(POOLS.c.region, POOLS.c.instance_type, func.sum(POOLS.c.version))
-        .where(POOLS.c.ultraserver_id.is_(None))
-        .group_by(POOLS.c.region, POOLS.c.instance_type)
+def versions(
+    session: Session | Connection, region: str | None = None, instance_type: str | None = None
+) -> dict[tuple[str, str], int]:
+    """(region, instance type) -> the sum of its plain pools' versions (of one type when
+    given). Versions only grow, so the sum moves whenever any of those pools' leases or
+    capacity change."""
+    query = select(POOLS.c.region, POOLS.c.instance_type, func.sum(POOLS.c.version)).where(
+        POOLS.c.ultraserver_id.is_(None)
     )
+    if region is not None and instance_type is not None:
+        query = query.where(POOLS.c.region == region, POOLS.c.instance_type == instance_type)
+    rows = session.execute(query.group_by(POOLS.c.region, POOLS.c.instance_type))
     return {(region, kind): int(total or 0) for region, kind, total in rows}
 
 
@@ -285,5 +289,5 @@ def wait_stamp(
         for lease in pool.leases()
         if lease.end > now
     ]
-    version = versions(session).get((region, instance_type), 0)
+    version = versions(session, region, instance_type).get((region, instance_type), 0)
     return WaitStamp(version, min(ends) if ends else None, count, seconds)

@@ -17,8 +17,10 @@ from tests.harness import DockyardServer, run_cli
 TERMINAL = {"Completed", "Failed", "Stopped"}
 
 
-def cli(server: DockyardServer, *args: str, check: bool = False):
-    return run_cli(*args, "--endpoint-url", server.endpoint, data_dir=server.data_dir, check=check)
+def cli(server: DockyardServer, *args: str, check: bool = False, **env: str):
+    return run_cli(
+        *args, "--endpoint-url", server.endpoint, data_dir=server.data_dir, check=check, **env
+    )
 
 
 def code_dir(tmp_path: Path, name: str, code: str) -> Path:
@@ -104,41 +106,16 @@ def test_run_as_another_account_uploads_to_its_own_bucket(
     account, (key_id, secret) = server.new_account("cli-other")
     keys = {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
     directory = code_dir(tmp_path, "theirs", GOOD)
-    result = run_cli(
-        "jobs",
-        "run",
-        str(directory),
-        "--entry-point",
-        "train.py",
-        "--name",
-        "cli-theirs",
-        "--endpoint-url",
-        server.endpoint,
-        data_dir=server.data_dir,
-        check=False,
-        **keys,
-    )
+    run = ("jobs", "run", str(directory), "--entry-point", "train.py")
+    result = cli(server, *run, "--name", "cli-theirs", **keys)
     assert result.returncode == 0, result.stdout + result.stderr
     bucket = f"sagemaker-us-east-1-{account}"
     assert f"s3://{bucket}/code/cli-theirs/source.tar.gz" in result.stdout
     s3 = server.client("s3", key=(key_id, secret))
     names = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert "output/cli-theirs/output/model.tar.gz" in names
-    refused = run_cli(
-        "jobs",
-        "run",
-        str(directory),
-        "--entry-point",
-        "train.py",
-        "--name",
-        "cli-nowhere",
-        "--output",
-        "s3://no-such-bucket/out",
-        "--endpoint-url",
-        server.endpoint,
-        data_dir=server.data_dir,
-        check=False,
-        **keys,
+    refused = cli(
+        server, *run, "--name", "cli-nowhere", "--output", "s3://no-such-bucket/out", **keys
     )
     assert refused.returncode == 1
     assert "aws s3 mb s3://no-such-bucket" in refused.stderr + refused.stdout

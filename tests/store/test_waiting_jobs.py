@@ -57,7 +57,7 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
         event.listen(
             db.engine, "before_cursor_execute", lambda c, cur, sql, *rest: statements.append(sql)
         )
-        reconciler._recheck_all_at = float("inf")  # only stamps decide in these passes
+        reconciler.queue.recheck_all_at = float("inf")  # only stamps decide in these passes
         reconciler()
         assert len(statements) <= 3, statements  # the job list and the pool versions
 

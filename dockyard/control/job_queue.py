@@ -1,0 +1,147 @@
+"""Which unfinished training jobs a jobs-reconciler pass steps, and which it may skip.
+
+A queued job that could not be placed on demand carries the capacity it saw
+(`capacity.WaitStamp`, in `training_jobs.waiting_for`). A pass reads only the jobs that
+may have moved: running ones, stopping ones, new ones, and the queued jobs of instance
+types whose pool versions moved (or one of whose stamps ran out) since the last pass.
+Of those, a queued job is not tried if one of its type asking for no more just failed
+on the same capacity. Every job is read and judged again once a minute regardless.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import or_, select, tuple_
+
+from dockyard.clock import Clock, monotonic
+from dockyard.domain.jobs import JobStatus
+from dockyard.domain.warm_pools import WarmPoolStatus
+from dockyard.services import capacity
+from dockyard.store.db import Database
+from dockyard.store.tables import TrainingJob, WarmPool
+
+log = logging.getLogger("dockyard.control.jobs")
+
+# How often every queued job is tried again even though its wait stamp still holds.
+RECHECK_ALL_SECONDS = 60.0
+_WARM_TYPES = (
+    select(WarmPool.region, WarmPool.instance_type)
+    .where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
+    .distinct()
+)
+Kind = tuple[str, str]  # (region, instance type)
+
+
+class JobQueue:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+        self.recheck_all_at = 0.0  # the first pass looks at every job
+        # What the last pass saw: each type's pool-version sum, and the next moment one
+        # of its queued jobs' stamps runs out.
+        self._seen: dict[Kind, int] = {}
+        self._until: dict[Kind, datetime] = {}
+
+    def run(self, step: Callable[[int], capacity.WaitStamp | None]) -> None:
+        """One pass: `step` each job that may move; it answers what a job that could not
+        be placed on demand saw."""
+        now = self.clock.now()
+        # Now and then every job is looked at again, whatever its stamp says: a change
+        # that bypassed the versions (none is known) would otherwise strand a job.
+        everything = monotonic() >= self.recheck_all_at
+        if everything:
+            self.recheck_all_at = monotonic() + RECHECK_ALL_SECONDS
+        with self.db.read_session() as session:
+            versions = capacity.versions(session)
+            query = select(
+                TrainingJob.id,
+                TrainingJob.region,
+                TrainingJob.instance_type,
+                TrainingJob.waiting_for,
+                TrainingJob.stop_requested,
+            ).where(
+                TrainingJob.status.in_([JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value])
+            )
+            changed = list(versions)
+            if not everything:
+                # Queued jobs of a type whose capacity has not changed since the last pass
+                # (and none of whose stamps has run out) are not even read: a deep queue
+                # costs a pass, and so each create's nudge, next to nothing.
+                changed = [
+                    kind
+                    for kind, version in versions.items()
+                    if self._seen.get(kind) != version
+                    or (kind in self._until and now >= self._until[kind])
+                ]
+                query = query.where(
+                    or_(
+                        TrainingJob.waiting_for.is_(None),
+                        TrainingJob.stop_requested,
+                        tuple_(TrainingJob.region, TrainingJob.instance_type).in_(changed),
+                    )
+                )
+            rows = session.execute(query).all()
+        self._seen = dict(versions)
+        until: dict[tuple[str, str], datetime] = {}  # the next stamp to run out, per type
+
+        def waits(kind: tuple[str, str], stamp: capacity.WaitStamp) -> None:
+            if stamp.until is not None and (kind not in until or stamp.until < until[kind]):
+                until[kind] = stamp.until
+
+        # A warm pool may take a job its type's other jobs could not: no inference from
+        # one job's failure to another's where one is Available (read when first needed).
+        warm: set[tuple[str, str]] | None = None
+        failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
+        moved = False  # whether a step since `versions` was read may have written leases
+        for row in rows:
+            kind = (row.region, row.instance_type)
+            stamp = capacity.WaitStamp.parse(row.waiting_for)
+            if stamp is not None and not row.stop_requested:
+                if not everything and stamp.holds(versions.get(kind), now):
+                    waits(kind, stamp)
+                    continue  # queued, and nothing it waits for has changed
+                if warm is None:
+                    with self.db.read_session() as session:
+                        warm = {(r.region, r.instance_type) for r in session.execute(_WARM_TYPES)}
+                if kind not in warm:
+                    if moved:
+                        with self.db.read_session() as session:
+                            versions = capacity.versions(session)
+                        moved = False
+                    current = versions.get(kind)
+                    # A job of this type that asked for less failed in this pass, on
+                    # the capacity there is now: this one cannot fit either.
+                    covering = next(
+                        (
+                            f
+                            for f in failed.get(kind, ())
+                            if f.holds(current, now) and f.covers(stamp)
+                        ),
+                        None,
+                    )
+                    if covering is not None:
+                        # Not written back: the next pass reads this type's jobs only
+                        # if its capacity moves again (or once a minute), and then
+                        # judges them the same way.
+                        waits(kind, replace(stamp, until=covering.until))
+                        continue
+            try:
+                outcome = step(row.id)
+            except Exception:
+                log.exception("training job %s: step failed; retrying on the next pass", row.id)
+                outcome = None
+            if outcome is not None:
+                failed.setdefault(kind, []).append(outcome)
+                waits(kind, outcome)
+            else:
+                moved = True
+        # Types whose stamped jobs were read now know their next run-out afresh; the
+        # others keep the last pass's, or an earlier one from a job that failed now.
+        kept = {k: v for k, v in self._until.items() if k not in set(changed)}
+        for kind, moment in until.items():
+            kept[kind] = min(kept.get(kind, moment), moment)
+        self._until = kept
