@@ -159,7 +159,7 @@ class LocalBackend:
             (root / "attempt").write_text(str(attempt))
             _write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
             with open(root / "agent.log", "ab") as log:
-                self._children[str(root)] = subprocess.Popen(
+                child = self._children[str(root)] = subprocess.Popen(
                     [sys.executable, "-m", "dockyard.compute.agent", str(root)],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -167,6 +167,9 @@ class LocalBackend:
                     start_new_session=True,
                     cwd=root,
                 )
+            # Written here as well as by the agent (which starts slower): a server
+            # sharing the data dir that steps the job next must find it launched.
+            _write_private(root / "agent.pid", f"{child.pid}\n")
         return handles
 
     @staticmethod

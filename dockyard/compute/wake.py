@@ -1,11 +1,12 @@
 """Wake-ups from the instance agents: a state change reaches the control plane at once.
 
 The agents never depend on the server (they outlive its restarts), so this is a hint,
-not a channel: after each change of `state.json` an agent sends one datagram to the
-server's unix socket `<data-dir>/control.sock` and carries on whether or not anyone
+not a channel: after each change of `state.json` an agent sends one datagram to each
+server's unix socket in `<data-dir>/wake/` (one per server process: servers sharing a
+data dir and a database each hear every agent) and carries on whether or not anyone
 is listening. The server's listener answers each by nudging the reconcilers, which
 read the state files as before; a wake-up lost (no server, a full buffer) only means
-the change is seen on the next tick. The socket lives in the data directory (0700),
+the change is seen on the next tick. The sockets live in the data directory (0700),
 which a job's sandbox cannot see.
 """
 
@@ -21,20 +22,53 @@ from pathlib import Path
 
 log = logging.getLogger("dockyard.compute.wake")
 
-SOCKET_NAME = "control.sock"
+DIRECTORY = "wake"
+SUFFIX = ".sock"
+
+
+def directory(data_dir: Path) -> Path:
+    """Where the servers of a data dir listen: what an agent is told to notify."""
+    return Path(data_dir).resolve() / DIRECTORY
 
 
 def socket_path(data_dir: Path) -> Path:
-    return Path(data_dir).resolve() / SOCKET_NAME
+    """This server process's socket."""
+    return directory(data_dir) / f"{os.getpid()}{SUFFIX}"
 
 
 def notify(path: str | None) -> None:
-    """Tell the control plane something changed; never fails, never blocks."""
+    """Tell the control plane something changed; never fails, never blocks.
+
+    `path` is the data dir's wake directory (every server listening there hears it) or
+    one socket."""
     if not path:
+        return
+    try:
+        targets = [os.path.join(path, name) for name in os.listdir(path)]
+    except NotADirectoryError:
+        targets = [path]
+    except OSError:
         return
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        sock.sendto(b"!", path)
+        for target in targets:
+            with contextlib.suppress(OSError):
+                sock.sendto(b"!", target)
+
+
+def sweep_sockets(folder: Path, prefix: str = "") -> None:
+    """Remove the sockets `<prefix><pid>.sock` of server processes that are gone (killed,
+    not closed)."""
+    for entry in folder.glob(f"{prefix}*{SUFFIX}"):
+        pid = entry.name.removeprefix(prefix).removesuffix(SUFFIX)
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+        except PermissionError:
+            pass
 
 
 class Listener:
@@ -48,6 +82,9 @@ class Listener:
         self._stopping = False
 
     def start(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(mode=0o700, exist_ok=True)
+            sweep_sockets(self.path.parent)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a socket a previous server left behind
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -31,6 +31,7 @@ from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
 from dockyard.domain.warm_pools import keep_alive_seconds
 from dockyard.services import capacity, ledger, logs, plan_jobs, warm_pools
 from dockyard.services.job_requests import set_status, transition
+from dockyard.store import claims
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob
 
@@ -66,6 +67,8 @@ class JobsReconciler:
         self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
         self.queue = JobQueue(db, clock)  # which jobs a pass steps
+        # This server, as its claims on the jobs it steps name it.
+        self.claimant = claims.Claimant()
         self.calendars = calendars if calendars is not None else capacity.CalendarCache()
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
@@ -90,19 +93,30 @@ class JobsReconciler:
     # ------------------------------------------------------------------ one job
 
     def step(self, job_id: int) -> capacity.WaitStamp | None:
-        """Move one job on; answers what it saw when it could not be placed on demand."""
+        """Move one job on; answers what it saw when it could not be placed on demand.
+
+        The job is claimed for the step (`store.claims`): a job another server is
+        stepping is left alone, and the step's last transaction gives the claim up.
+        """
+        token = claims.new_token()
         with self.db.session() as session:
-            job = session.get(TrainingJob, job_id)
-            if job is None or JobStatus(job.status) in TERMINAL:
+            job = claims.claim_job(session, job_id, self.claimant, token)
+            if job is None:
+                return None  # another server is stepping it
+            if JobStatus(job.status) in TERMINAL:
+                claims.release(job)
                 return None
             runtime = dict(job.runtime)
             if "placement" not in runtime:
                 if job.stop_requested:
                     self._finish(session, job, "stopped", "stop", None, None)
+                    claims.release(job)
                     return None
                 if not self._place(session, job):
+                    claims.release(job)
                     return capacity.WaitStamp.parse(job.waiting_for)
                 runtime = dict(job.runtime)
+                log.info("training job %s placed: %s", job.name, runtime["placement"])
             elif (
                 job.training_plan_arn
                 and not runtime.get("interrupting")
@@ -115,25 +129,51 @@ class JobsReconciler:
             specs = runtime.get("specs") or self._host_specs(job, runtime)
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
+        try:
+            states, alive = self._observe(job, runtime, specs)
+        except BaseException:
+            with self.db.session() as session:  # the next pass, here or elsewhere, retries
+                current = claims.held(session, job_id, token)
+                if current is not None:
+                    claims.release(current)
+            raise
+        with self.db.session() as session:
+            current = claims.held(session, job_id, token)
+            if current is None:
+                return None  # the claim ran out and another server took the job over
+            claims.release(current)
+            if JobStatus(current.status) in TERMINAL:
+                return None
+            if current.training_plan_arn and self._interrupted(session, current, states, alive):
+                return None
+            self._apply(session, current, states, alive)
+        return None
+
+    def _observe(
+        self, job: TrainingJob, runtime: dict[str, Any], specs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[bool]]:
+        """Launch (or hand a warm pool) the job's instances, once; read where they are."""
         key = _instance_key(job)
         home = str(runtime.get("home") or key)
         if home == key:
             handles = self.backend.launch(key, specs)
         else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
             handles = self.backend.assign(home, key, specs)
-        states = [self.backend.poll(handle) for handle in handles]
+        # Whether each agent runs, then its state: an agent that had exited before its
+        # state was read left its last word there, so one ending in between is not
+        # taken for one that died mid-job.
         alive = [self.backend.alive(handle) for handle in handles]
+        states = [self.backend.poll(handle) for handle in handles]
+        for index, handle in enumerate(handles):
+            if _dead([states[index].get("phase", "launching")], [alive[index]]):
+                # Looked again before it is called dead: an agent started by another
+                # server may have written its state between the two reads.
+                alive[index] = self.backend.alive(handle)
+                states[index] = self.backend.poll(handle)
         if job.stop_requested or runtime.get("interrupting"):
             for handle in handles:
                 self.backend.stop(handle)
-        with self.db.session() as session:
-            current = session.get(TrainingJob, job_id)
-            if current is None or JobStatus(current.status) in TERMINAL:
-                return None
-            if current.training_plan_arn and self._interrupted(session, current, states, alive):
-                return None
-            self._apply(session, current, states, alive)
-        return None
+        return states, alive
 
     def _place(self, session: Session, job: TrainingJob) -> bool:
         """Start the job on a matching warm pool, else on its plan's block or on demand."""
@@ -322,7 +362,7 @@ class JobsReconciler:
                 "availability_zone": placement["az"],
                 "keep_alive_seconds": keep_alive_seconds(spec),
                 "metric_definitions": algorithm.get("MetricDefinitions") or [],
-                "wake_socket": str(wake.socket_path(self.data_dir)),
+                "wake_socket": str(wake.directory(self.data_dir)),
             }
             for host in hosts
         ]

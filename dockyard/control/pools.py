@@ -19,7 +19,7 @@ from dockyard.config import PlanSettings
 from dockyard.domain import warm_pools as rules
 from dockyard.domain.jobs import host_names
 from dockyard.domain.warm_pools import WarmPoolStatus
-from dockyard.services import warm_pools
+from dockyard.services import capacity, warm_pools
 from dockyard.store.db import Database
 from dockyard.store.tables import WarmPool
 
@@ -51,6 +51,7 @@ class PoolsReconciler:
             if self.backend.healthy(home, host_names(count)):
                 continue
             with self.db.session() as session:
+                capacity.lock(session)  # read as every other writer of pools leaves it
                 pool = session.get(WarmPool, pool_id)
                 if pool is not None and pool.status == WarmPoolStatus.AVAILABLE.value:
                     warm_pools.terminate(

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from dockyard.clock import monotonic
+from dockyard.compute.wake import sweep_sockets
 from dockyard.s3.auth import DATA_DIR_VARIABLE, DATABASE_VARIABLE
 
 log = logging.getLogger("dockyard.s3")
@@ -56,7 +57,8 @@ class S3Gateway:
     def __init__(self, data_dir: Path, database_url: str) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.database_url = database_url
-        self.socket = self.data_dir / "s3.sock"
+        # One per server process: servers may share a data dir (and its store).
+        self.socket = self.data_dir / f"s3-{os.getpid()}.sock"
         self.store = self.data_dir / "s3"
         self._process: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
@@ -102,6 +104,7 @@ class S3Gateway:
                 f"the S3 gateway cannot run a Python at a path with spaces ({sys.executable})"
             )
         self.socket.unlink(missing_ok=True)
+        sweep_sockets(self.data_dir, "s3-")
         env = {
             **os.environ,
             DATA_DIR_VARIABLE: str(self.data_dir),

@@ -231,7 +231,14 @@ def _name_taken(arn: str) -> str:
 
 
 def _find(session: Session, account_id: str, region: str, name: str) -> TrainingJob:
-    job = session.scalar(owned(TrainingJob, account_id, region).where(TrainingJob.name == name))
+    # Locked for the rest of the transaction (where the database locks rows): a
+    # reconciler stepping the job commits first, and what is changed here builds on that.
+    job = session.scalar(
+        owned(TrainingJob, account_id, region)
+        .where(TrainingJob.name == name)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
     if job is None:
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"

@@ -257,6 +257,9 @@ def _set_status(plan: TrainingPlan, new: PlanStatus, now: datetime) -> None:
 
 def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> int:
     """Pending plans: record the upfront fee in the ledger, or fail over the budget."""
+    # First: another server doing the same waits here, then reads what this one wrote,
+    # so no fee is recorded twice.
+    capacity.lock(session)
     settled = 0
     pending = session.scalars(
         select(TrainingPlan).where(TrainingPlan.status == PlanStatus.PENDING.value)
@@ -301,6 +304,7 @@ def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> 
 
 def advance(session: Session, now: datetime) -> int:
     """Move paid plans and their blocks to where the clock says they are."""
+    capacity.lock(session)  # one server at a time (see settle_payments)
     changed = 0
     live = list(
         session.scalars(

@@ -285,6 +285,7 @@ def terminate_on(
 ) -> list[int]:
     """Terminate the Available warm pools on these capacity pools (their instances are
     being taken out of service, SPEC §5.10); answer their ids."""
+    capacity.lock(session)  # before the pools are read (see expire)
     ended = [
         pool
         for pool in session.scalars(
@@ -299,6 +300,9 @@ def terminate_on(
 
 def expire(session: Session, now: datetime, plans: PlanSettings) -> list[int]:
     """Terminate every Available pool whose time is up; answer their ids."""
+    # First: a server doing the same at once waits, then sees these pools terminated
+    # (a pool's retained time is billed once).
+    capacity.lock(session)
     due = session.scalars(
         select(WarmPool).where(
             WarmPool.status == WarmPoolStatus.AVAILABLE.value, WarmPool.deadline <= now
@@ -320,7 +324,10 @@ def update_keep_alive(
     plans: PlanSettings,
 ) -> TrainingJob:
     """UpdateTrainingJob's ResourceConfig.KeepAlivePeriodInSeconds (SPEC §5.6)."""
-    job = session.scalar(owned(TrainingJob, account_id, region).where(TrainingJob.name == name))
+    capacity.lock(session)  # the pool is read as claimers and the reconciler leave it
+    job = session.scalar(
+        owned(TrainingJob, account_id, region).where(TrainingJob.name == name).with_for_update()
+    )
     if job is None:
         raise ResourceNotFound(
             f"Requested resource not found: training job {name!r} does not exist"

@@ -140,6 +140,11 @@ class TrainingJob(Base):
     warm_pool_reused_by: Mapped[str | None] = mapped_column(String(63), default=None)
     # Seconds the pool was retained for this job, once that period is over.
     warm_pool_retained_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
+    # The jobs reconciler that is stepping the job now (`store.claims`): servers sharing
+    # the database never act on one job at the same time.
+    claim_owner: Mapped[str | None] = mapped_column(String(160), default=None)
+    claim_token: Mapped[str | None] = mapped_column(String(32), default=None)
+    claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Instance(Base):

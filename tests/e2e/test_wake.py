@@ -45,7 +45,7 @@ def test_jobs_move_on_the_agents_wake_ups(slow_ticking_server: DockyardServer) -
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
     first_pool = client.describe_training_job(TrainingJobName="woken-1")["WarmPoolStatus"]
     assert first_pool["Status"] == "Reused" and first_pool["ReusedByJob"] == "woken-2"
-    assert wake.socket_path(server.data_dir).exists()
+    assert list(wake.directory(server.data_dir).glob("*.sock"))
 
 
 def test_a_wake_up_with_no_server_listening_is_harmless(tmp_path: Path) -> None:
