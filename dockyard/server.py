@@ -118,17 +118,23 @@ def build(settings: Settings) -> Server:
     backend = LocalBackend(settings.data_dir)
     # The calendar in memory, shared by searches and on-demand placement.
     calendars = CalendarCache()
+    jobs = JobsReconciler(db, clock, backend, settings, plans, calendars)
     control = ControlLoop(
         [
             ("plans", PlansReconciler(db, clock, plans)),
-            ("jobs", JobsReconciler(db, clock, backend, settings, plans, calendars)),
+            ("jobs", jobs),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
         ],
         interval_seconds=settings.reconcile_interval_seconds,
     )
     # A manual clock's jump wakes the reconcilers at once; so does an agent's report.
     clock.subscribe(lambda _now: control.nudge())
-    listener = Listener(wake.socket_path(settings.data_dir), lambda: control.nudge(first="jobs"))
+
+    def woken(keys: set[str]) -> None:
+        jobs.woken(keys)
+        control.nudge(first="jobs")
+
+    listener = Listener(wake.socket_path(settings.data_dir), woken)
     listener.start()
     box = SecretBox.for_data_dir(settings.data_dir)
     development = bootstrap.ensure_development_access(

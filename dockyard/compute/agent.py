@@ -164,8 +164,12 @@ class Agent:
         self.confinement: Confinement | None = None
 
     def _wake(self) -> None:
-        # Known once the job's spec is read: every change after that wakes the server.
-        wake.notify(self.spec.wake_socket if self.spec is not None else None)
+        # Known once the job's spec is read: every change after that wakes the server,
+        # naming the job (its instance key, the name of its run directory's parent).
+        wake.notify(
+            self.spec.wake_socket if self.spec is not None else None,
+            self.layout.run_dir.parent.name,
+        )
 
     # -- stopping ---------------------------------------------------------------------
 

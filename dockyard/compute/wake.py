@@ -4,9 +4,11 @@ The agents never depend on the server (they outlive its restarts), so this is a 
 not a channel: after each change of `state.json` an agent sends one datagram to each
 server's unix socket in `<data-dir>/wake/` (one per server process: servers sharing a
 data dir and a database each hear every agent) and carries on whether or not anyone
-is listening. The server's listener answers each by nudging the reconcilers, which
-read the state files as before; a wake-up lost (no server, a full buffer) only means
-the change is seen on the next tick. The sockets live in the data directory (0700),
+is listening. The datagram names the job whose instance changed (its instance key), so
+a pass looks at that job rather than at every running one. The server's listener
+answers each burst by nudging the reconcilers, which read the state files as before; a
+wake-up lost (no server, a full buffer) only means the change is seen at the job's next
+periodic look. The sockets live in the data directory (0700),
 which a job's sandbox cannot see.
 """
 
@@ -36,8 +38,12 @@ def socket_path(data_dir: Path) -> Path:
     return directory(data_dir) / f"{os.getpid()}{SUFFIX}"
 
 
-def notify(path: str | None) -> None:
-    """Tell the control plane something changed; never fails, never blocks.
+# An instance key is far shorter; longer datagrams are cut to this.
+MAX_MESSAGE = 512
+
+
+def notify(path: str | None, key: str = "") -> None:
+    """Tell the control plane something of job `key` changed; never fails, never blocks.
 
     `path` is the data dir's wake directory (every server listening there hears it) or
     one socket."""
@@ -53,7 +59,7 @@ def notify(path: str | None) -> None:
         sock.setblocking(False)
         for target in targets:
             with contextlib.suppress(OSError):
-                sock.sendto(b"!", target)
+                sock.sendto(key.encode()[:MAX_MESSAGE] or b"!", target)
 
 
 def sweep_sockets(folder: Path, prefix: str = "") -> None:
@@ -72,9 +78,10 @@ def sweep_sockets(folder: Path, prefix: str = "") -> None:
 
 
 class Listener:
-    """The server's end: calls `on_wake` (from its own thread) for each burst of wake-ups."""
+    """The server's end: calls `on_wake` (from its own thread) for each burst of wake-ups,
+    with the keys they named."""
 
-    def __init__(self, path: Path, on_wake: Callable[[], None]) -> None:
+    def __init__(self, path: Path, on_wake: Callable[[set[str]], None]) -> None:
         self.path = path
         self._on_wake = on_wake
         self._sock: socket.socket | None = None
@@ -97,6 +104,8 @@ class Listener:
             )
             return
         os.chmod(self.path, 0o600)
+        with contextlib.suppress(OSError):  # room for a burst from many agents at once
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name="dockyard-wake", daemon=True)
         self._thread.start()
@@ -107,7 +116,7 @@ class Listener:
         sock.settimeout(0.5)  # to see close() without racing it for the socket
         while not self._stopping:
             try:
-                sock.recv(64)
+                keys = {sock.recv(MAX_MESSAGE)}
             except TimeoutError:
                 continue
             except OSError:
@@ -117,11 +126,11 @@ class Listener:
             # for the timeout: a wake-up took half a second).
             sock.setblocking(False)
             with contextlib.suppress(OSError):
-                while sock.recv(64):
-                    pass
+                while True:
+                    keys.add(sock.recv(MAX_MESSAGE))
             sock.settimeout(0.5)
             try:
-                self._on_wake()
+                self._on_wake({key.decode(errors="replace") for key in keys} - {"!"})
             except Exception:  # a wake-up must never end the listener
                 log.exception("handling an agent's wake-up failed")
 

@@ -6,13 +6,20 @@ may have moved: running ones, stopping ones, new ones, and the queued jobs of in
 types whose pool versions moved (or one of whose stamps ran out) since the last pass.
 Of those, a queued job is not tried if one of its type asking for no more just failed
 on the same capacity. Every job is read and judged again once a minute regardless.
+
+A running job is followed (`Following`): after a step it is stepped again only when
+its agents woke the control plane naming it, when a deadline of its own comes (a plan
+block's end), or when a look at its instances every few seconds finds them changed (an
+agent that died sends no wake-up; a wake-up may be lost). So a pass costs what changed,
+not what runs.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import or_, select, tuple_
@@ -28,12 +35,33 @@ log = logging.getLogger("dockyard.control.jobs")
 
 # How often every queued job is tried again even though its wait stamp still holds.
 RECHECK_ALL_SECONDS = 60.0
+# How often a running job's instances are looked at though no wake-up named it.
+RECHECK_RUNNING_SECONDS = 5.0
 _WARM_TYPES = (
     select(WarmPool.region, WarmPool.instance_type)
     .where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
     .distinct()
 )
 Kind = tuple[str, str]  # (region, instance type)
+Seen = tuple[tuple[str, bool], ...]  # each instance's phase, and whether its agent runs
+
+
+@dataclass
+class Following:
+    """A running job as its last step left it: stepped again only when this changes."""
+
+    key: str  # its instance key, which its agents' wake-ups name
+    handles: tuple[str, ...]
+    seen: Seen
+    # A moment on the control plane's clock when it needs a step whatever its instances
+    # say (its plan block's end), or None.
+    deadline: datetime | None = None
+    look_at: float = 0.0  # monotonic: when its instances are looked at unprompted
+
+
+Outcome = capacity.WaitStamp | Following | None
+Step = Callable[[int], Outcome]
+Peek = Callable[[tuple[str, ...]], Seen]
 
 
 class JobQueue:
@@ -41,14 +69,25 @@ class JobQueue:
         self.db = db
         self.clock = clock
         self.recheck_all_at = 0.0  # the first pass looks at every job
+        self._following: dict[int, Following] = {}
+        self._woken: set[str] = set()
+        self._woken_lock = threading.Lock()
         # What the last pass saw: each type's pool-version sum, and the next moment one
         # of its queued jobs' stamps runs out.
         self._seen: dict[Kind, int] = {}
         self._until: dict[Kind, datetime] = {}
 
-    def run(self, step: Callable[[int], capacity.WaitStamp | None]) -> None:
+    def woken(self, keys: set[str]) -> None:
+        """The agents of these jobs (instance keys) reported a change (any thread)."""
+        with self._woken_lock:
+            self._woken |= keys
+
+    def run(self, step: Step, peek: Peek) -> None:
         """One pass: `step` each job that may move; it answers what a job that could not
-        be placed on demand saw."""
+        be placed on demand saw, or how a running job is to be followed. `peek` reads a
+        followed job's instances."""
+        with self._woken_lock:
+            woken, self._woken = self._woken, set()
         now = self.clock.now()
         # Now and then every job is looked at again, whatever its stamp says: a change
         # that bypassed the versions (none is known) would otherwise strand a job.
@@ -97,8 +136,18 @@ class JobQueue:
         warm: set[tuple[str, str]] | None = None
         failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
         moved = False  # whether a step since `versions` was read may have written leases
+        if everything:  # forget jobs that ended (here or on another server)
+            running = {row.id for row in rows}
+            self._following = {k: v for k, v in self._following.items() if k in running}
         for row in rows:
             kind = (row.region, row.instance_type)
+            followed = self._following.get(row.id)
+            if (
+                followed is not None
+                and not row.stop_requested
+                and not self._due(followed, woken, now, peek)
+            ):
+                continue
             stamp = capacity.WaitStamp.parse(row.waiting_for)
             if stamp is not None and not row.stop_requested:
                 if not everything and stamp.holds(versions.get(kind), now):
@@ -134,14 +183,29 @@ class JobQueue:
             except Exception:
                 log.exception("training job %s: step failed; retrying on the next pass", row.id)
                 outcome = None
-            if outcome is not None:
+            self._following.pop(row.id, None)
+            if isinstance(outcome, capacity.WaitStamp):
                 failed.setdefault(kind, []).append(outcome)
                 waits(kind, outcome)
-            else:
-                moved = True
+                continue
+            if outcome is not None:
+                outcome.look_at = monotonic() + RECHECK_RUNNING_SECONDS
+                self._following[row.id] = outcome
+            moved = True
         # Types whose stamped jobs were read now know their next run-out afresh; the
         # others keep the last pass's, or an earlier one from a job that failed now.
         kept = {k: v for k, v in self._until.items() if k not in set(changed)}
         for kind, moment in until.items():
             kept[kind] = min(kept.get(kind, moment), moment)
         self._until = kept
+
+    @staticmethod
+    def _due(followed: Following, woken: set[str], now: datetime, peek: Peek) -> bool:
+        """Whether a followed job needs a step: named by a wake-up, at its deadline, or
+        its instances changed when looked at (only every few seconds unprompted)."""
+        if followed.key in woken or (followed.deadline is not None and now >= followed.deadline):
+            return True
+        if monotonic() < followed.look_at:
+            return False
+        followed.look_at = monotonic() + RECHECK_RUNNING_SECONDS
+        return peek(followed.handles) != followed.seen

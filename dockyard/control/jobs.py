@@ -22,7 +22,7 @@ from dockyard.clock import Clock, wall_now
 from dockyard.compute import wake
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
-from dockyard.control.job_queue import JobQueue
+from dockyard.control.job_queue import Following, JobQueue, Outcome, Seen
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain import metrics as metric_rules
@@ -88,12 +88,23 @@ class JobsReconciler:
         )
 
     def __call__(self) -> None:
-        self.queue.run(self.step)
+        self.queue.run(self.step, self.peek)
+
+    def woken(self, keys: set[str]) -> None:
+        """Agents reported a change of these jobs (their instance keys)."""
+        self.queue.woken(keys)
+
+    def peek(self, handles: tuple[str, ...]) -> Seen:
+        """What a followed job's instances are doing: phases, and whose agent runs."""
+        alive = [self.backend.alive(handle) for handle in handles]
+        states = [self.backend.poll(handle) for handle in handles]
+        return _seen(states, alive)
 
     # ------------------------------------------------------------------ one job
 
-    def step(self, job_id: int) -> capacity.WaitStamp | None:
-        """Move one job on; answers what it saw when it could not be placed on demand.
+    def step(self, job_id: int) -> Outcome:
+        """Move one job on; answers what it saw when it could not be placed on demand,
+        or, for a job left running, what to follow it by.
 
         The job is claimed for the step (`store.claims`): a job another server is
         stepping is left alone, and the step's last transaction gives the claim up.
@@ -130,7 +141,7 @@ class JobsReconciler:
             if "specs" not in runtime:
                 job.runtime = {**runtime, "specs": specs}
         try:
-            states, alive = self._observe(job, runtime, specs)
+            handles, states, alive = self._observe(job, runtime, specs)
         except BaseException:
             with self.db.session() as session:  # the next pass, here or elsewhere, retries
                 current = claims.held(session, job_id, token)
@@ -147,11 +158,19 @@ class JobsReconciler:
             if current.training_plan_arn and self._interrupted(session, current, states, alive):
                 return None
             self._apply(session, current, states, alive)
-        return None
+            if JobStatus(current.status) in TERMINAL or current.stop_requested:
+                return None  # over, or stopping: a stopping job is stepped each pass
+            ends = (current.runtime.get("placement") or {}).get("work_ends")
+            return Following(
+                key=_instance_key(current),
+                handles=tuple(handles),
+                seen=_seen(states, alive),
+                deadline=datetime.fromisoformat(str(ends)) if ends else None,
+            )
 
     def _observe(
         self, job: TrainingJob, runtime: dict[str, Any], specs: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], list[bool]]:
+    ) -> tuple[list[str], list[dict[str, Any]], list[bool]]:
         """Launch (or hand a warm pool) the job's instances, once; read where they are."""
         key = _instance_key(job)
         home = str(runtime.get("home") or key)
@@ -173,7 +192,7 @@ class JobsReconciler:
         if job.stop_requested or runtime.get("interrupting"):
             for handle in handles:
                 self.backend.stop(handle)
-        return states, alive
+        return handles, states, alive
 
     def _place(self, session: Session, job: TrainingJob) -> bool:
         """Start the job on a matching warm pool, else on its plan's block or on demand."""
@@ -501,6 +520,12 @@ def _run_seconds(states: list[dict[str, Any]]) -> float:
     ended = [s["ended_at"] for s in states if s.get("ended_at")]
     end = datetime.fromisoformat(max(ended)) if ended else wall_now()
     return max(0.0, (end - datetime.fromisoformat(min(started))).total_seconds())
+
+
+def _seen(states: list[dict[str, Any]], alive: list[bool]) -> Seen:
+    return tuple(
+        (str(state.get("phase", "launching")), up) for state, up in zip(states, alive, strict=True)
+    )
 
 
 def _dead(phases: list[str], alive: list[bool]) -> bool:
