@@ -16,26 +16,37 @@ job's own run time, cold <= 400 ms.
 And CreateTrainingJob's latency through boto3 on an empty server and with 10,000 jobs
 queued (written into its database, then stamped by its reconciler): goal within 2x.
 
-The issue's other rows (trivial-job throughput, the Slurm peer) are still to come.
+And throughput: 1,000 trivial jobs (`true`, each in its sandbox on an instance of its
+own) created through boto3 from 8 threads on a fleet of 1,000 instances, timed from the
+first create until the database says none is InProgress - beside Slurm measured in the
+same run on the same machine (`bench/slurm.py`: `sbatch --wrap true` x N, and an array
+of N). Goal (issue 13): >= 50 jobs/s.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench import slurm
 from bench.live import live_server
 from bench.saved import save
 
 GOAL_MS = 100.0
+GOAL_JOBS_PER_SECOND = 50.0
+# Issue 13, measured on the main of 2026-12-01: 500 trivial jobs on a 1,000-instance
+# fleet all done after 150 s.
+BEFORE_JOBS_PER_SECOND = 500 / 150
 
 
 def _setup(root: Path, jobs: int) -> Any:
@@ -202,6 +213,86 @@ def _until_completed(client: Any, name: str, keep_alive: int) -> float:
     return seconds
 
 
+def _busy_cpu_seconds() -> float:
+    """CPU time the whole machine has spent busy (every process, user and system)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _throughput(jobs: int) -> dict[str, Any]:
+    """`jobs` trivial jobs through a live server on a fleet of as many instances."""
+    from sqlalchemy import create_engine, text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        config = Path(tmp) / "dockyard.toml"
+        config.write_text(
+            f"[quotas]\ntraining_instances_per_type = {jobs * 10}\n"
+            f'[[fleet]]\ninstance_type = "ml.m5.xlarge"\navailability_zone = "us-east-1a"\n'
+            f"count = {jobs}\n"
+        )
+        engine = create_engine(f"sqlite:///{(data_dir / 'dockyard.db').resolve()}")
+        with live_server(data_dir, "--config", str(config)) as live:
+            client = live.client()
+            (data_dir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
+            _until_completed(client, "throughput-warm-up", 0)  # models loaded, caches warm
+
+            def left() -> int:
+                with engine.connect() as connection:
+                    return int(
+                        connection.execute(
+                            text("SELECT COUNT(*) FROM training_jobs WHERE status = 'InProgress'")
+                        ).scalar_one()
+                    )
+
+            cpu = _busy_cpu_seconds()
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: client.create_training_job(**_true_job(i)), range(jobs)))
+            submitted = time.perf_counter()
+            deadline = started + 60 + jobs * 2.0
+            while left() and time.perf_counter() < deadline:
+                time.sleep(0.05)
+            done = time.perf_counter()
+            cpu = _busy_cpu_seconds() - cpu
+            with engine.connect() as connection:
+                statuses = dict(
+                    connection.execute(
+                        text("SELECT status, COUNT(*) FROM training_jobs GROUP BY status")
+                    ).all()
+                )
+        engine.dispose()
+    if statuses.get("Completed", 0) != jobs + 1:
+        raise RuntimeError(f"not every trivial job completed: {statuses}")
+    seconds = done - started
+    return {
+        "jobs": jobs,
+        "seconds": round(seconds, 3),
+        "jobs_per_second": round(jobs / seconds, 1),
+        "submit_seconds": round(submitted - started, 3),
+        "cpu_seconds_per_job": round(cpu / jobs, 3),
+    }
+
+
+def _true_job(index: int) -> dict[str, Any]:
+    return {
+        "TrainingJobName": f"true-{index:05d}",
+        "AlgorithmSpecification": {
+            "TrainingImage": "python:3.11",
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": ["true"],
+        },
+        "RoleArn": "arn:aws:iam::123456789012:role/bench",
+        "OutputDataConfig": {"S3OutputPath": "s3://bench/out"},
+        "ResourceConfig": {
+            "InstanceType": "ml.m5.xlarge",
+            "InstanceCount": 1,
+            "VolumeSizeInGB": 1,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+    }
+
+
 def _time(call: Any) -> float:
     started = time.perf_counter()
     call()
@@ -249,7 +340,10 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
             db.dispose()
     trivial = _trivial_jobs(3 if quick else 7)
     creates = _create_latency(jobs, 10 if quick else 30)
+    many = 200 if quick else 1_000
     return {
+        "throughput": _throughput(many),
+        "slurm": slurm.measure(many),
         "creates": creates,
         "queued": jobs,
         "every_job_s": first,
@@ -297,6 +391,7 @@ def report(results: dict[str, Any]) -> bool:
         f"CreateTrainingJob p50: {empty_p50:.1f} ms on an empty server, {deep_p50:.1f} ms "
         f"with {results['queued']:,} queued ({deep_p50 / empty_p50:.1f}x; goal <= 2x)"
     )
+    _report_throughput(console, results["throughput"], results["slurm"])
     quiet = statistics.median(results["unchanged_s"]) * 1000
     met = quiet <= GOAL_MS
     console.print(
@@ -305,6 +400,53 @@ def report(results: dict[str, Any]) -> bool:
     )
     save("scale", results, console)
     return met
+
+
+def _report_throughput(console: Console, ours: dict[str, Any], peer: dict[str, Any]) -> None:
+    table = Table(
+        title=f"{ours['jobs']:,} trivial jobs on a fleet of {ours['jobs']:,} instances, "
+        "first submit -> all completed"
+    )
+    table.add_column("system")
+    table.add_column("seconds", justify="right")
+    table.add_column("jobs/s", justify="right")
+    table.add_column("submitting s", justify="right")
+    table.add_column("CPU s / job", justify="right")
+    table.add_row(
+        "dockyard (boto3, 8 threads; each job sandboxed)",
+        f"{ours['seconds']:.1f}",
+        f"{ours['jobs_per_second']:.1f}",
+        f"{ours['submit_seconds']:.1f}",
+        f"{ours['cpu_seconds_per_job']:.3f}",
+    )
+    table.add_row(
+        "dockyard before issue 13 (500 jobs)", "150", f"{BEFORE_JOBS_PER_SECOND:.1f}", "", ""
+    )
+    if "skipped" in peer:
+        table.add_row("Slurm", "", "", "", "", end_section=False)
+        console.print(table)
+        console.print(f"Slurm not measured: {peer['skipped']}")
+    else:
+        version = peer.get("slurm_version", "")
+        for label, row in (
+            (f"Slurm {version}, sbatch --wrap true x N", peer),
+            (f"Slurm {version}, one array of N", peer["array"]),
+        ):
+            table.add_row(
+                label,
+                f"{row['seconds']:.1f}",
+                f"{row['jobs_per_second']:.1f}",
+                f"{row['submit_seconds']:.1f}",
+                "",
+            )
+        console.print(table)
+    rate = ours["jobs_per_second"]
+    met = rate >= GOAL_JOBS_PER_SECOND
+    console.print(
+        f">= {GOAL_JOBS_PER_SECOND:.0f} jobs/s: {'met' if met else 'missed'} ({rate:.1f} jobs/s; "
+        f"{ours['cpu_seconds_per_job'] * 1000:.0f} ms of the machine's CPU per job, of a "
+        f"{2000 / GOAL_JOBS_PER_SECOND:.0f} ms budget on two cores)"
+    )
 
 
 def run(quick: bool = False) -> bool:
