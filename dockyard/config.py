@@ -42,10 +42,10 @@ class Settings:
     # How jobs are confined: "bwrap" (the sandbox, docs/security.md) or "none"
     # (--unsafe-no-sandbox: jobs run as plain processes of the server's user).
     sandbox: str = "bwrap"
-    # How often the reconcilers look again on their own. They are woken at once by API
-    # calls, by the agents' reports and by manual clock jumps; the tick is for deadlines
-    # (a warm pool's, a plan block's) and for a wake-up that was lost.
-    reconcile_interval_seconds: int = 1
+    # How often the reconcilers look again on their own, at the latest. They are woken
+    # at once by API calls, by the agents' reports, by manual clock jumps and by the
+    # deadlines they keep (a warm pool's, a plan block's); the tick is a safety net.
+    reconcile_interval_seconds: int = 10
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -22,6 +22,10 @@ from dockyard.compute.local import end_agents
 
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
+# Every test server's reconcilers tick once an hour: what a test waits for must come
+# from a nudge, an agent's wake-up or a deadline the reconcilers keep (issue 13), never
+# from the tick.
+TICK = {"DOCKYARD_RECONCILE_INTERVAL_SECONDS": "3600"}
 
 
 def free_port() -> int:
@@ -84,7 +88,7 @@ class DockyardServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, **self.extra_env},
+            env={**os.environ, **TICK, **self.extra_env},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from datetime import datetime
 from sqlalchemy import or_, select, tuple_
 
 from dockyard.clock import Clock, monotonic
+from dockyard.control.loop import seconds_until
 from dockyard.domain.jobs import JobStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
 from dockyard.services import capacity
@@ -37,6 +38,9 @@ log = logging.getLogger("dockyard.control.jobs")
 RECHECK_ALL_SECONDS = 60.0
 # How often a running job's instances are looked at though no wake-up named it.
 RECHECK_RUNNING_SECONDS = 5.0
+# How soon a job a step left neither queued nor followed is stepped again (one being
+# stopped, one another server was stepping, a plan job whose instances are being let go).
+SOON_SECONDS = 0.5
 _WARM_TYPES = (
     select(WarmPool.region, WarmPool.instance_type)
     .where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
@@ -72,6 +76,7 @@ class JobQueue:
         self._following: dict[int, Following] = {}
         self._woken: set[str] = set()
         self._woken_lock = threading.Lock()
+        self._soon = False  # a step left a job that needs another soon
         # What the last pass saw: each type's pool-version sum, and the next moment one
         # of its queued jobs' stamps runs out.
         self._seen: dict[Kind, int] = {}
@@ -136,6 +141,7 @@ class JobQueue:
         warm: set[tuple[str, str]] | None = None
         failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
         moved = False  # whether a step since `versions` was read may have written leases
+        self._soon = False
         if everything:  # forget jobs that ended (here or on another server)
             running = {row.id for row in rows}
             self._following = {k: v for k, v in self._following.items() if k in running}
@@ -191,6 +197,8 @@ class JobQueue:
             if outcome is not None:
                 outcome.look_at = monotonic() + RECHECK_RUNNING_SECONDS
                 self._following[row.id] = outcome
+            else:
+                self._soon = True
             moved = True
         # Types whose stamped jobs were read now know their next run-out afresh; the
         # others keep the last pass's, or an earlier one from a job that failed now.
@@ -198,6 +206,22 @@ class JobQueue:
         for kind, moment in until.items():
             kept[kind] = min(kept.get(kind, moment), moment)
         self._until = kept
+
+    def due(self) -> float | None:
+        """Seconds until a pass is needed: a queued job's capacity frees (a lease ends),
+        a followed job's deadline or next look, the next look at every job."""
+        wanted = [
+            seconds_until(
+                self.clock,
+                [*self._until.values(), *(f.deadline for f in self._following.values())],
+            ),
+            max(0.0, self.recheck_all_at - monotonic()),
+        ]
+        if self._following:
+            wanted.append(max(0.0, min(f.look_at for f in self._following.values()) - monotonic()))
+        if self._soon:
+            wanted.append(SOON_SECONDS)
+        return min(s for s in wanted if s is not None)
 
     @staticmethod
     def _due(followed: Following, woken: set[str], now: datetime, peek: Peek) -> bool:

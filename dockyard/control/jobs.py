@@ -90,6 +90,9 @@ class JobsReconciler:
     def __call__(self) -> None:
         self.queue.run(self.step, self.peek)
 
+    def due(self) -> float | None:
+        return self.queue.due()
+
     def woken(self, keys: set[str]) -> None:
         """Agents reported a change of these jobs (their instance keys)."""
         self.queue.woken(keys)
