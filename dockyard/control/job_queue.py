@@ -7,6 +7,13 @@ types whose pool versions moved (or one of whose stamps ran out) since the last 
 Of those, a queued job is not tried if one of its type asking for no more just failed
 on the same capacity. Every job is read and judged again once a minute regardless.
 
+A step that raises is retried with backoff (0.5 s doubling to a minute), the job left
+alone in between. An error that passes on its own (the database busy or unreachable, a
+file or process the backend could not make) is retried for as long as it lasts; any
+other is a fault in dockyard or in the job's stored request, and after three tries the
+job fails with an InternalServerError that says what went wrong, rather than being
+retried forever.
+
 A running job is followed (`Following`): after a step it is stepped again only when
 its agents woke the control plane naming it, when a deadline of its own comes (a plan
 block's end), or when a look at its instances every few seconds finds them changed (an
@@ -23,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import or_, select, tuple_
+from sqlalchemy.exc import OperationalError
 
 from dockyard.clock import Clock, monotonic
 from dockyard.control.loop import seconds_until
@@ -66,6 +74,22 @@ class Following:
 Outcome = capacity.WaitStamp | Following | None
 Step = Callable[[int], Outcome]
 Peek = Callable[[tuple[str, ...]], Seen]
+GiveUp = Callable[[int, str], None]
+
+# Errors that pass on their own: the database busy or gone for a moment, the backend
+# out of room or processes.
+TEMPORARY = (OperationalError, OSError, TimeoutError)
+BACKOFF_FIRST_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 60.0
+PERMANENT_TRIES = 3
+
+
+@dataclass
+class Backoff:
+    """A job whose steps have been failing: how often, and when it is tried again."""
+
+    failures: int
+    retry_at: float  # monotonic
 
 
 class JobQueue:
@@ -77,20 +101,25 @@ class JobQueue:
         self._woken: set[str] = set()
         self._woken_lock = threading.Lock()
         self._soon = False  # a step left a job that needs another soon
+        self._backoff: dict[int, Backoff] = {}
+        self.backoff_first_seconds = BACKOFF_FIRST_SECONDS
         # What the last pass saw: each type's pool-version sum, and the next moment one
         # of its queued jobs' stamps runs out.
         self._seen: dict[Kind, int] = {}
         self._until: dict[Kind, datetime] = {}
+
+    def following(self, job_id: int) -> Following | None:
+        return self._following.get(job_id)
 
     def woken(self, keys: set[str]) -> None:
         """The agents of these jobs (instance keys) reported a change (any thread)."""
         with self._woken_lock:
             self._woken |= keys
 
-    def run(self, step: Step, peek: Peek) -> None:
+    def run(self, step: Step, peek: Peek, give_up: GiveUp) -> None:
         """One pass: `step` each job that may move; it answers what a job that could not
         be placed on demand saw, or how a running job is to be followed. `peek` reads a
-        followed job's instances."""
+        followed job's instances; `give_up` fails a job whose steps keep failing."""
         with self._woken_lock:
             woken, self._woken = self._woken, set()
         now = self.clock.now()
@@ -145,8 +174,12 @@ class JobQueue:
         if everything:  # forget jobs that ended (here or on another server)
             running = {row.id for row in rows}
             self._following = {k: v for k, v in self._following.items() if k in running}
+            self._backoff = {k: v for k, v in self._backoff.items() if k in running}
         for row in rows:
             kind = (row.region, row.instance_type)
+            backoff = self._backoff.get(row.id)
+            if backoff is not None and monotonic() < backoff.retry_at:
+                continue
             followed = self._following.get(row.id)
             if (
                 followed is not None
@@ -186,9 +219,10 @@ class JobQueue:
                         continue
             try:
                 outcome = step(row.id)
-            except Exception:
-                log.exception("training job %s: step failed; retrying on the next pass", row.id)
-                outcome = None
+            except Exception as exc:
+                self._failed(row.id, exc, give_up)
+                continue
+            self._backoff.pop(row.id, None)
             self._following.pop(row.id, None)
             if isinstance(outcome, capacity.WaitStamp):
                 failed.setdefault(kind, []).append(outcome)
@@ -207,6 +241,33 @@ class JobQueue:
             kept[kind] = min(kept.get(kind, moment), moment)
         self._until = kept
 
+    def _failed(self, job_id: int, exc: Exception, give_up: GiveUp) -> None:
+        """Back off from a job whose step raised; give up on it after a few tries when
+        the error will not pass on its own."""
+        failures = self._backoff[job_id].failures + 1 if job_id in self._backoff else 1
+        temporary = isinstance(exc, TEMPORARY)
+        if not temporary and failures >= PERMANENT_TRIES:
+            log.error("training job %s: step failed %d times; failing the job", job_id, failures)
+            try:
+                give_up(job_id, f"InternalServerError: dockyard could not run the job: {exc!r}")
+            except Exception:
+                log.exception("training job %s: could not fail the job either", job_id)
+            else:
+                self._backoff.pop(job_id, None)
+                self._following.pop(job_id, None)
+                return
+        self._following.pop(job_id, None)
+        wait = min(BACKOFF_MAX_SECONDS, self.backoff_first_seconds * 2 ** (failures - 1))
+        log.warning(
+            "training job %s: step failed (%s, %s); trying again in %.1f s",
+            job_id,
+            "temporary" if temporary else f"try {failures} of {PERMANENT_TRIES}",
+            exc,
+            wait,
+            exc_info=not temporary,
+        )
+        self._backoff[job_id] = Backoff(failures, monotonic() + wait)
+
     def due(self) -> float | None:
         """Seconds until a pass is needed: a queued job's capacity frees (a lease ends),
         a followed job's deadline or next look, the next look at every job."""
@@ -221,6 +282,9 @@ class JobQueue:
             wanted.append(max(0.0, min(f.look_at for f in self._following.values()) - monotonic()))
         if self._soon:
             wanted.append(SOON_SECONDS)
+        if self._backoff:
+            retry = min(b.retry_at for b in self._backoff.values())
+            wanted.append(max(0.0, retry - monotonic()))
         return min(s for s in wanted if s is not None)
 
     @staticmethod

@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock, wall_now
@@ -88,7 +89,38 @@ class JobsReconciler:
         )
 
     def __call__(self) -> None:
-        self.queue.run(self.step, self.peek)
+        self.queue.run(self.step, self.peek, self.give_up)
+
+    def give_up(self, job_id: int, reason: str) -> None:
+        """Fail a job whose steps keep failing (a fault, not a passing error): its capacity
+        and any warm pool go, and its instances are told to stop, so nothing is held for
+        a job nobody can move on."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            job = session.scalar(
+                select(TrainingJob).where(TrainingJob.id == job_id).with_for_update()
+            )
+            if job is None or JobStatus(job.status) in TERMINAL:
+                return
+            transition(job, Secondary.FAILED, reason[:1024], now)
+            set_status(job, JobStatus.FAILED, now)
+            job.failure_reason = reason[:1024]
+            job.training_end_time = now
+            job.waiting_for = None
+            claims.release(job)
+            capacity.release(session, job.arn)
+            warm_pools.settle(
+                session,
+                job,
+                now,
+                outcome="failed",
+                failure_reason=job.failure_reason,
+                launched=True,
+                plans=self.plans,
+            )
+            followed = self.queue.following(job_id)
+        for handle in followed.handles if followed is not None else ():
+            self.backend.stop(handle)
 
     def due(self) -> float | None:
         return self.queue.due()
