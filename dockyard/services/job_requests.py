@@ -25,6 +25,7 @@ from dockyard.services.errors import (
     ResourceNotFound,
     ValidationException,
 )
+from dockyard.services.job_status import set_status, transition
 from dockyard.store.scoped import owned
 from dockyard.store.tables import CapacityPool, TrainingJob, WarmPool
 
@@ -47,28 +48,6 @@ KEPT = (
     "RetryStrategy",
     "Tags",
 )
-
-
-def transition(job: TrainingJob, status: Secondary, message: str, now: datetime) -> None:
-    """Move the secondary status through the checked table, closing the previous entry."""
-    old = Secondary(job.secondary_status)
-    history = list(job.transitions.get("items", []))
-    if old is status and history and history[-1]["StatusMessage"] == message:
-        return
-    rules.SECONDARY_TRANSITIONS.check(old, status)
-    if history:
-        history[-1] = {**history[-1], "EndTime": history[-1].get("EndTime") or now.isoformat()}
-    history.append(
-        {"Status": status.value, "StartTime": now.isoformat(), "StatusMessage": message}
-    )
-    job.transitions = {"items": history}
-    job.secondary_status = status.value
-    job.last_modified_time = now
-
-
-def set_status(job: TrainingJob, status: JobStatus, now: datetime) -> None:
-    job.status = rules.JOB_TRANSITIONS.check(JobStatus(job.status), status).value
-    job.last_modified_time = now
 
 
 def _check_runnable(params: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.domain import plan_jobs as rules
 from dockyard.domain.jobs import JobStatus
+from dockyard.domain.placement import Placement
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.plans import PlanStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
@@ -93,7 +94,8 @@ def in_use(session: Session, plan_arn: str) -> dict[str, int]:
     """Instances in use per block of a plan: placed jobs and Available warm pools."""
     used: dict[str, int] = {}
     for job in _running(session, plan_arn):
-        block = (job.runtime.get("placement") or {}).get("block")
+        placed = Placement.of_job(job.runtime)
+        block = placed.block if placed else None
         if block:
             used[block] = used.get(block, 0) + _count(job)
     kept = session.execute(
@@ -104,8 +106,9 @@ def in_use(session: Session, plan_arn: str) -> dict[str, int]:
             TrainingJob.training_plan_arn == plan_arn,
         )
     )
-    for placement, count in kept:
-        block = placement.get("block")
+    for stored, count in kept:
+        placement = Placement.of(stored)
+        block = placement.block if placement else None
         if block:
             used[block] = used.get(block, 0) + count
     return used
@@ -119,7 +122,7 @@ def _running(session: Session, plan_arn: str) -> Iterable[TrainingJob]:
     )
 
 
-def place(session: Session, job: TrainingJob, now: datetime) -> dict[str, Any] | str | None:
+def place(session: Session, job: TrainingJob, now: datetime) -> Placement | str | None:
     """Where the job starts now on its plan (a placement), why it waits (a message), or
     None when the plan has nothing left for it (it ended)."""
     plan = session.scalar(select(TrainingPlan).where(TrainingPlan.arn == job.training_plan_arn))
@@ -134,23 +137,22 @@ def place(session: Session, job: TrainingJob, now: datetime) -> dict[str, Any] |
     if not rules.usable(target, now):
         return rules.waiting_message(target, now, 0, wanted)
     earlier_waiting = any(
-        other.id < job.id and not other.runtime.get("placement")
+        other.id < job.id and Placement.of_job(other.runtime) is None
         for other in _running(session, str(job.training_plan_arn))
     )
     free = target.instance_count - in_use(session, str(job.training_plan_arn)).get(target.id, 0)
     if earlier_waiting or free < wanted:
         return rules.waiting_message(target, now, max(free, 0), wanted)
     pools = rows[target.id].pools.get("pools") or []
-    return {
-        "pool": str(pools[0][0]) if pools else "",
-        "az": target.availability_zone,
-        "block": target.id,
-        "work_ends": target.work_ends.isoformat(),
-    }
+    return Placement(
+        pool=str(pools[0][0]) if pools else "",
+        az=target.availability_zone,
+        block=target.id,
+        work_ends=target.work_ends,
+    )
 
 
 def block_ending(job: TrainingJob, now: datetime) -> bool:
     """Whether a running plan job's block has reached its last 30 minutes."""
-    placement = job.runtime.get("placement") or {}
-    ends = placement.get("work_ends")
-    return bool(ends) and now >= datetime.fromisoformat(str(ends))
+    placement = Placement.of_job(job.runtime)
+    return bool(placement and placement.work_ends and now >= placement.work_ends)

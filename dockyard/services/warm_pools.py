@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
 from dockyard.domain import warm_pools as rules
+from dockyard.domain.placement import Placement
 from dockyard.domain.quotas import QuotaKind
 from dockyard.domain.warm_pools import JOB_VIEW_TRANSITIONS, POOL_TRANSITIONS, WarmPoolStatus
 from dockyard.services import capacity, ledger, quotas
@@ -32,9 +33,11 @@ def holder(pool: WarmPool) -> str:
     return f"warm-pool/{pool.id}"
 
 
-def _on_plan(pool: WarmPool) -> bool:
-    """A pool on a training plan's block: the block's lease holds its instances already."""
-    return "block" in pool.placement
+def _placement(pool: WarmPool) -> Placement:
+    placement = Placement.of(pool.placement)
+    if placement is None:
+        raise ValueError(f"warm pool {pool.id} has no placement")
+    return placement
 
 
 def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime) -> datetime:
@@ -44,9 +47,10 @@ def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime
     later. Plan capacity: no lease (the block holds it), and never past the block's
     working time (SPEC §3.4: a pool never outlives the block it sits in).
     """
-    if _on_plan(pool):
-        return min(until, datetime.fromisoformat(str(pool.placement["work_ends"])))
-    pool_key = str(pool.placement["pool"])
+    placement = _placement(pool)
+    if placement.on_plan:
+        return min(until, placement.work_ends or until)
+    pool_key = placement.pool
     capacity.lock(session)
     capacity.release(session, holder(pool))
     calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
@@ -123,12 +127,13 @@ def claim(
         .order_by(WarmPool.available_since.desc(), WarmPool.id.desc())
     ).all()
     for pool in candidates:
-        if _on_plan(pool):
+        placement = _placement(pool)
+        if placement.on_plan:
             # The job runs inside the same block's lease; only time matters.
-            if now >= datetime.fromisoformat(str(pool.placement["work_ends"])):
+            if placement.work_ends is not None and now >= placement.work_ends:
                 continue
         else:
-            pool_key = str(pool.placement["pool"])
+            pool_key = placement.pool
             capacity.release(session, holder(pool))
             calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
             if not calendar[pool_key].fits(now, now + runtime, pool.instance_count):
@@ -184,9 +189,9 @@ def settle(
     if pool is None and keep == 0:
         return None
     resources = job.spec["ResourceConfig"]
-    placement = dict(job.runtime.get("placement") or {})
+    placement = Placement.of_job(job.runtime)
     if pool is None:
-        if not placement:
+        if placement is None:
             return None  # never placed: there are no instances to keep
         pool = WarmPool(
             account_id=job.account_id,
@@ -197,7 +202,7 @@ def settle(
             match_key=rules.match_key(job.spec),
             job_id=job.id,
             home=str(job.runtime.get("home") or ""),
-            placement=placement,
+            placement=placement.json(),
             born_at=(
                 datetime.fromisoformat(job.runtime["placed_at"])
                 if job.runtime.get("placed_at")
@@ -291,7 +296,7 @@ def terminate_on(
         for pool in session.scalars(
             select(WarmPool).where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
         )
-        if str(pool.placement.get("pool")) in pool_keys
+        if _placement(pool).pool in pool_keys
     ]
     for pool in ended:
         terminate(session, pool, now, reason, plans)

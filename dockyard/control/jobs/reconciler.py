@@ -1,0 +1,202 @@
+"""The jobs reconciler: place a job, launch its instances, follow them, settle the end.
+
+Each step is a short transaction; launching and polling happen with no session open
+and are safe to repeat (the backend never launches a job's host twice), so a server
+killed at any point picks the job up where its rows and its agents' files say it is.
+What a step does depends on the job's state: `placing` (queued), `running` (followed),
+`ending` (settled); `queue` chooses which jobs a pass steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
+from dockyard.config import PlanSettings, Settings
+from dockyard.control.jobs.ending import Ending
+from dockyard.control.jobs.placing import Placer
+from dockyard.control.jobs.queue import Following, JobQueue, Outcome, Seen
+from dockyard.control.jobs.running import apply, dead, interrupted, seen
+from dockyard.control.jobs.specs import HostSpecs, instance_key
+from dockyard.domain import plan_jobs as plan_rules
+from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
+from dockyard.domain.placement import Placement
+from dockyard.services import capacity, plan_jobs, warm_pools
+from dockyard.services.job_status import set_status, transition
+from dockyard.store import claims
+from dockyard.store.db import Database
+from dockyard.store.tables import TrainingJob
+
+log = logging.getLogger("dockyard.control.jobs")
+
+
+class JobsReconciler:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        backend: Backend,
+        settings: Settings,
+        plans: PlanSettings,
+        calendars: capacity.CalendarCache | None = None,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.backend = backend
+        self.data_dir = Path(settings.data_dir).resolve()
+        self.plans = plans
+        self.queue = JobQueue(db, clock)  # which jobs a pass steps
+        # This server, as its claims on the jobs it steps name it.
+        self.claimant = claims.Claimant()
+        self.calendars = calendars if calendars is not None else capacity.CalendarCache()
+        self.specs = HostSpecs(settings)
+        self.ending = Ending(clock, self.data_dir, plans)
+        self.placer = Placer(clock, plans, self.calendars, self.ending.finish)
+
+    def __call__(self) -> None:
+        self.queue.run(self.step, self.peek, self.give_up)
+
+    def give_up(self, job_id: int, reason: str) -> None:
+        """Fail a job whose steps keep failing (a fault, not a passing error): its capacity
+        and any warm pool go, and its instances are told to stop, so nothing is held for
+        a job nobody can move on."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            job = session.scalar(
+                select(TrainingJob).where(TrainingJob.id == job_id).with_for_update()
+            )
+            if job is None or JobStatus(job.status) in TERMINAL:
+                return
+            transition(job, Secondary.FAILED, reason[:1024], now)
+            set_status(job, JobStatus.FAILED, now)
+            job.failure_reason = reason[:1024]
+            job.training_end_time = now
+            job.waiting_for = None
+            claims.release(job)
+            capacity.release(session, job.arn)
+            warm_pools.settle(
+                session,
+                job,
+                now,
+                outcome="failed",
+                failure_reason=job.failure_reason,
+                launched=True,
+                plans=self.plans,
+            )
+            followed = self.queue.following(job_id)
+        for handle in followed.handles if followed is not None else ():
+            self.backend.stop(handle)
+
+    def due(self) -> float | None:
+        return self.queue.due()
+
+    def woken(self, keys: set[str]) -> None:
+        """Agents reported a change of these jobs (their instance keys)."""
+        self.queue.woken(keys)
+
+    def peek(self, handles: tuple[str, ...]) -> Seen:
+        """What a followed job's instances are doing: phases, and whose agent runs."""
+        alive = [self.backend.alive(handle) for handle in handles]
+        states = [self.backend.poll(handle) for handle in handles]
+        return seen(states, alive)
+
+    # ------------------------------------------------------------------ one job
+
+    def step(self, job_id: int) -> Outcome:
+        """Move one job on; answers what it saw when it could not be placed on demand,
+        or, for a job left running, what to follow it by.
+
+        The job is claimed for the step (`store.claims`): a job another server is
+        stepping is left alone, and the step's last transaction gives the claim up.
+        """
+        token = claims.new_token()
+        with self.db.session() as session:
+            job = claims.claim_job(session, job_id, self.claimant, token)
+            if job is None:
+                return None  # another server is stepping it
+            if JobStatus(job.status) in TERMINAL:
+                claims.release(job)
+                return None
+            runtime = dict(job.runtime)
+            if Placement.of_job(runtime) is None:
+                if job.stop_requested:
+                    self.ending.finish(session, job, "stopped", "stop", None, None)
+                    claims.release(job)
+                    return None
+                if not self.placer.place(session, job):
+                    claims.release(job)
+                    return capacity.WaitStamp.parse(job.waiting_for)
+                runtime = dict(job.runtime)
+                log.info("training job %s placed: %s", job.name, runtime["placement"])
+            elif (
+                job.training_plan_arn
+                and not runtime.get("interrupting")
+                and plan_jobs.block_ending(job, self.clock.now())
+            ):
+                # The block's last 30 minutes: stop the instances (checkpoints are
+                # saved as they stop) and wait for the plan's next block.
+                runtime["interrupting"] = plan_rules.INTERRUPTED
+                job.runtime = {**job.runtime, "interrupting": plan_rules.INTERRUPTED}
+            specs = runtime.get("specs") or self.specs.for_job(job, runtime)
+            if "specs" not in runtime:
+                job.runtime = {**runtime, "specs": specs}
+        try:
+            handles, states, alive = self._observe(job, runtime, specs)
+        except BaseException:
+            with self.db.session() as session:  # the next pass, here or elsewhere, retries
+                current = claims.held(session, job_id, token)
+                if current is not None:
+                    claims.release(current)
+            raise
+        with self.db.session() as session:
+            current = claims.held(session, job_id, token)
+            if current is None:
+                return None  # the claim ran out and another server took the job over
+            claims.release(current)
+            if JobStatus(current.status) in TERMINAL:
+                return None
+            if current.training_plan_arn and interrupted(
+                session, current, states, alive, self.clock.now(), self.ending.finish
+            ):
+                return None
+            apply(session, current, states, alive, self.clock.now(), self.ending.finish)
+            if JobStatus(current.status) in TERMINAL or current.stop_requested:
+                return None  # over, or stopping: a stopping job is stepped each pass
+            placement = Placement.of_job(current.runtime)
+            return Following(
+                key=instance_key(current),
+                handles=tuple(handles),
+                seen=seen(states, alive),
+                deadline=placement.work_ends if placement else None,
+            )
+
+    def _observe(
+        self, job: TrainingJob, runtime: dict[str, Any], specs: list[dict[str, Any]]
+    ) -> tuple[list[str], list[dict[str, Any]], list[bool]]:
+        """Launch (or hand a warm pool) the job's instances, once; read where they are."""
+        key = instance_key(job)
+        home = str(runtime.get("home") or key)
+        if home == key:
+            handles = self.backend.launch(key, specs)
+        else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
+            handles = self.backend.assign(home, key, specs)
+        # Whether each agent runs, then its state: an agent that had exited before its
+        # state was read left its last word there, so one ending in between is not
+        # taken for one that died mid-job.
+        alive = [self.backend.alive(handle) for handle in handles]
+        states = [self.backend.poll(handle) for handle in handles]
+        for index, handle in enumerate(handles):
+            if dead([states[index].get("phase", "launching")], [alive[index]]):
+                # Looked again before it is called dead: an agent started by another
+                # server may have written its state between the two reads.
+                alive[index] = self.backend.alive(handle)
+                states[index] = self.backend.poll(handle)
+        if job.stop_requested or runtime.get("interrupting"):
+            for handle in handles:
+                self.backend.stop(handle)
+        return handles, states, alive

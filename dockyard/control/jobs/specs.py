@@ -1,0 +1,127 @@
+"""What each instance of a training job is told: its host spec (the agent's `job.json`):
+the job's request as the container contract needs it, the interpreter that stands for
+its image, its sandbox's limits, where S3 is, and where to send wake-ups."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from dockyard.compute import wake
+from dockyard.config import Settings
+from dockyard.domain import instance_types
+from dockyard.domain import jobs as rules
+from dockyard.domain.placement import Placement
+from dockyard.domain.warm_pools import keep_alive_seconds
+from dockyard.store.tables import TrainingJob
+
+log = logging.getLogger("dockyard.control.jobs")
+STOP_GRACE_SECONDS = 10
+
+
+def instance_key(job: TrainingJob) -> str:
+    """The backend's name for the job's own instances."""
+    return rules.instance_key(job.account_id, job.region, job.name, job.uid)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class HostSpecs:
+    def __init__(self, settings: Settings) -> None:
+        self.data_dir = Path(settings.data_dir).resolve()
+        # TrainingImage -> the interpreter that stands for it on this backend ([images]).
+        self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
+        # What one instance of a type may use: its sandbox's limits (SPEC §4.8).
+        self.instance_types = instance_types.catalogue(settings.extra.get("instance_types"))
+        self.sandbox_mode = settings.sandbox
+        # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
+        self.s3: dict[str, Any] = (
+            {
+                "endpoint_url": settings.s3_endpoint_url,
+                "access_key_id": settings.s3_access_key_id,
+                "secret_access_key": settings.s3_secret_access_key,
+                "region": settings.s3_region,
+            }
+            if settings.s3_endpoint_url
+            else {"root": str(self.data_dir / "s3")}
+        )
+
+    def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
+        """One spec per host of the job: what its agent runs, as `job.json`."""
+        placement = Placement.of_job(runtime)
+        assert placement is not None  # specs are made for placed jobs only
+        spec = job.spec
+        count = int(spec["ResourceConfig"]["InstanceCount"])
+        hosts = rules.host_names(count)
+        hyper = dict(spec.get("HyperParameters", {}))
+        algorithm = spec["AlgorithmSpecification"]
+        checkpoint = spec.get("CheckpointConfig") or {}
+        image = algorithm.get("TrainingImage") or ""
+        python = self.images.get(image)
+        if python is None:
+            python = sys.executable
+            log.info(
+                "training job %s: image %s is not in [images]; it runs on the server's own "
+                "Python (%s)",
+                job.name,
+                image,
+                python,
+            )
+        port = _free_port()
+        kind = instance_types.describe(spec["ResourceConfig"]["InstanceType"], self.instance_types)
+        sandbox = {
+            "mode": self.sandbox_mode,
+            "limits": {
+                "memory_bytes": kind.memory_bytes,
+                "cpus": kind.vcpus,
+                "pids": kind.max_pids,
+            },
+        }
+        return [
+            {
+                "job_name": job.name,
+                "host": host,
+                "hosts": hosts,
+                "hyperparameters": hyper,
+                "input_data_config": spec.get("InputDataConfig", []),
+                "resource_config": spec["ResourceConfig"],
+                "entrypoint": algorithm.get("ContainerEntrypoint"),
+                "arguments": algorithm.get("ContainerArguments"),
+                # As the SDK sends them (JSON-quoted); the agent decodes them.
+                "program": hyper.get("sagemaker_program"),
+                "submit_directory": hyper.get("sagemaker_submit_directory"),
+                "python": python,
+                "environment": spec.get("Environment", {}),
+                "output_path": spec["OutputDataConfig"]["S3OutputPath"],
+                "checkpoint_s3_uri": checkpoint.get("S3Uri"),
+                "checkpoint_local_path": checkpoint.get("LocalPath", "/opt/ml/checkpoints"),
+                # MaxRuntime counts only time actually run (earlier attempts on a plan).
+                "max_runtime_seconds": max(
+                    1,
+                    int(spec["StoppingCondition"]["MaxRuntimeInSeconds"])
+                    - int(runtime.get("used_seconds", 0)),
+                ),
+                "attempt": int(runtime.get("attempt", 1)),
+                "stop_grace_seconds": STOP_GRACE_SECONDS,
+                "s3": self.s3,
+                "master_port": port,
+                "network_isolation": bool(spec.get("EnableNetworkIsolation", False)),
+                # The account's own: a cache is code that the next install runs.
+                "uv_cache_dir": str(self.data_dir / "uv-cache" / job.account_id),
+                "job_arn": job.arn,
+                "account_id": job.account_id,
+                "sandbox": sandbox,
+                "availability_zone": placement.az,
+                "keep_alive_seconds": keep_alive_seconds(spec),
+                "metric_definitions": algorithm.get("MetricDefinitions") or [],
+                "wake_socket": str(wake.directory(self.data_dir)),
+            }
+            for host in hosts
+        ]
