@@ -408,7 +408,7 @@ class Agent:
                 if process is not None:
                     return zygote, process, True
             zygote.discard()
-        zygote = confinement.park(python)
+        zygote = confinement.park(python, exec_only=bool(message["exec"]))
         process = zygote.activate(message)
         if process is None:
             zygote.discard()
