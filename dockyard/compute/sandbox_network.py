@@ -11,7 +11,8 @@ loopback switched off (`--disable-host-loopback`), so PyPI is reachable and
 
 The namespace belongs to the instances' home directory and lives as long as one of
 its agents does: each agent joins at start and leaves when it shuts down, under a
-lock, and the last to leave removes it (`ip netns delete`, slirp4netns stopped).
+lock, and the last to leave removes it (slirp4netns stopped, the namespace unmounted:
+`sandbox_netns` makes and removes namespaces as `ip netns` does, in-process).
 Agents that died without leaving are noticed by whoever takes the lock next, and
 `sweep` removes what no live agent holds (the backend runs it).
 """
@@ -28,19 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-NETNS_DIR = Path("/run/netns")
+from dockyard.compute import sandbox_netns as netns
+
 SLIRP_READY_SECONDS = 10.0
 AGENT_MODULE = b"dockyard.compute.agent"
 
 
 class NetworkError(Exception):
     """The namespace could not be made; str() says why."""
-
-
-def _run(*args: str) -> None:
-    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
-    if result.returncode != 0:
-        raise NetworkError(f"{' '.join(args)} failed: {(result.stderr or result.stdout).strip()}")
 
 
 def _process_is(pid: int, marker: bytes) -> bool:
@@ -62,7 +58,7 @@ class HomeNetwork:
 
     @property
     def path(self) -> str:
-        return str(NETNS_DIR / self.name)
+        return str(netns.NETNS_DIR / self.name)
 
     @property
     def _mode(self) -> str:
@@ -134,9 +130,11 @@ class HomeNetwork:
         return self.isolated or self._slirp_pid() is not None
 
     def _create(self) -> None:
-        _run("ip", "netns", "add", self.name)
         try:
-            _run("ip", "-n", self.name, "link", "set", "lo", "up")
+            netns.add(self.name)
+        except netns.NetnsError as exc:
+            raise NetworkError(f"could not make the network namespace {self.name}: {exc}") from exc
+        try:
             if not self.isolated:
                 self._start_slirp()
         except NetworkError:
@@ -202,8 +200,8 @@ class HomeNetwork:
                 pass
         if Path(self.path).exists():
             try:
-                _run("ip", "netns", "delete", self.name)
-            except NetworkError:
+                netns.delete(self.name)
+            except netns.NetnsError:
                 pass  # looked at again by the next sweep
         for name in ("mode", "slirp.pid"):
             (self.dir / name).unlink(missing_ok=True)
