@@ -33,6 +33,7 @@ forking thread) and starts no thread of its own.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -192,6 +193,10 @@ def serve() -> int:
 
     from dockyard.compute import agent  # noqa: F401
 
+    # What is loaded now is shared with every agent until one writes to it: kept out of
+    # the collector's sight, a collection in an agent neither walks nor copies it (a
+    # full collection in a forked agent: 7.9 ms of CPU without, 1.4 ms with).
+    gc.freeze()
     requests, replies = sys.stdin.fileno(), sys.stdout.fileno()
     # An agent's exit wakes the loop, so it is reaped at once rather than left a zombie
     # that looks alive to whoever checks its PID.
