@@ -241,3 +241,27 @@ def test_a_reused_pid_is_not_an_agent(data: Data) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_the_fork_server_leaves_no_zombie(data: Data) -> None:
+    backend = LocalBackend(data.dir)
+    handles = [_launch(backend, data, f"job-{i}", ["true"]) for i in range(3)]
+    ended = wait_for(lambda: all(_finished(backend, h) for h in handles), what="the jobs")
+    assert ended and all(_phase(backend, h) == "completed" for h in handles)
+    server = backend._forks.pid
+    assert server is not None
+
+    def zombies() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if _ppid(int(entry.name)) == server and _gone(int(entry.name)):
+                        found.append(int(entry.name))
+                except (OSError, KeyError):
+                    continue
+        return found
+
+    # Reaped as they exit, not when the next agent is asked for.
+    wait_for(lambda: not zombies(), what="the fork server to reap its agents")
+    assert not _gone(server)
