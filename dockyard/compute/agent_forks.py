@@ -86,7 +86,11 @@ class AgentForks:
         return process.pid if process is not None and process.poll() is None else None
 
     def spawn(self, root: Path) -> int:
-        """Start the agent of the instance at `root`; answer its PID."""
+        """Start the agent of the instance at `root`; answer its PID.
+
+        Asked again of a new fork server if the first fails to answer - which may have
+        forked the agent before it failed: a second agent of an instance waits for the
+        first to exit and never runs its job again (`Agent.run` holds agent.lock)."""
         with self._lock:
             for attempt in range(2):
                 process = self._running()
