@@ -565,11 +565,10 @@ def _seen(states: list[dict[str, Any]], alive: list[bool]) -> Seen:
 
 def _dead(phases: list[str], alive: list[bool]) -> bool:
     """Whether an instance's agent exited in the middle of the job (an infrastructure
-    failure: it launched, has not ended, and no longer runs)."""
-    return any(
-        phase in PHASES and phase != "launching" and not up
-        for phase, up in zip(phases, alive, strict=True)
-    )
+    failure: it has not ended, and no longer runs). One that never reported a state
+    counts too: its launch marks it (agent.pid) before it starts, so by the time a step
+    reads it, its agent runs or ran."""
+    return any(phase in PHASES and not up for phase, up in zip(phases, alive, strict=True))
 
 
 _STEPS = (
