@@ -1,8 +1,10 @@
 """The instance agent: runs one host of one training job, start to finish, on this machine.
 
 `python -m dockyard.compute.agent ROOT` is started detached (its own session) by the
-local backend. It must outlive a restart of the server, so it never talks to the server:
-everything goes through files in ROOT.
+local backend - forked, as that command would run, by the backend's fork server
+(`agent_forks`, `python -m dockyard.compute.agent --fork-server`). It must outlive a
+restart of the server, so it never talks to the server: everything goes through files
+in ROOT.
 
 In:  `job.json` (a `JobSpec`); `stop` (created to ask for a stop; SIGTERM does the same).
 Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`);
@@ -28,6 +30,7 @@ job's Python is running before the job arrives. On release the cache is deleted.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -48,6 +51,8 @@ from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, up
 from dockyard.compute.agent_deps import install_requirements
 from dockyard.compute.agent_env import Layout, job_command, write_config
 from dockyard.compute.agent_files import read_regular
+from dockyard.compute.agent_forks import FORK_SERVER_FLAG
+from dockyard.compute.agent_forks import serve as serve_forks
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote, job_message
@@ -74,7 +79,8 @@ def _iso_now() -> str:
 
 def _write_atomically(path: Path, text: str) -> None:
     # The control plane may read at any moment: it must see the old file or the new one.
-    tmp = path.with_name(f".{path.name}.tmp")
+    # A temporary name of this process's own: the backend writes agent.pid too.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -162,6 +168,7 @@ class Agent:
         # The instance's sandbox, network and limits: made for its first job, kept for
         # every job a warm pool runs on it, closed when the instance ends.
         self.confinement: Confinement | None = None
+        self._lock_fd: int | None = None
 
     def _wake(self) -> None:
         # Known once the job's spec is read: every change after that wakes the server,
@@ -186,6 +193,7 @@ class Agent:
     # -- the whole run ----------------------------------------------------------------
 
     def run(self) -> int:
+        self._hold_instance()
         previous = self._previous_state()
         if previous is not None and previous.get("phase") in TERMINAL_PHASES:
             return 0  # a finished instance is never run twice
@@ -214,6 +222,15 @@ class Agent:
             self.state = State(self.layout.state_file, self._wake)
             self.state.update(phase="downloading", started_at=_iso_now())
             self.spec = None
+
+    def _hold_instance(self) -> None:
+        """One agent per instance. A second one - launched again while the first had not
+        yet said so, or a resumed job's while the last attempt's agent is still
+        shutting down - waits for the first to exit, then goes on from what it left (a
+        finished instance is never run twice)."""
+        fd = os.open(self.layout.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel as this process exits
+        self._lock_fd = fd
 
     def _run_guarded(self) -> None:
         try:
@@ -396,7 +413,7 @@ class Agent:
                 if process is not None:
                     return zygote, process, True
             zygote.discard()
-        zygote = confinement.park(python)
+        zygote = confinement.park(python, exec_only=bool(message["exec"]))
         process = zygote.activate(message)
         if process is None:
             zygote.discard()
@@ -494,8 +511,10 @@ class Agent:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m dockyard.compute.agent ROOT", file=sys.stderr)
+        print("usage: python -m dockyard.compute.agent ROOT | --fork-server", file=sys.stderr)
         return 2
+    if args[0] == FORK_SERVER_FLAG:
+        return serve_forks()  # the local backend's source of agents, not an agent itself
     agent = Agent(Path(args[0]))
     signal.signal(signal.SIGTERM, agent.on_signal)
     signal.signal(signal.SIGINT, agent.on_signal)

@@ -145,6 +145,11 @@ class Layout:
         return self.root / "agent.pid"
 
     @property
+    def lock_file(self) -> Path:
+        """Held by the instance's agent while it lives: one agent per instance."""
+        return self.root / "agent.lock"
+
+    @property
     def next_file(self) -> Path:
         """Written by the control plane: {"run": DIR} names the next job's directory."""
         return self.root / "next.json"

@@ -222,16 +222,27 @@ class Confinement:
         except OSError:
             return ""
 
-    def park(self, python: str, *, install: bool = False, uv_cache: Path | None = None) -> Zygote:
+    def park(
+        self,
+        python: str,
+        *,
+        install: bool = False,
+        uv_cache: Path | None = None,
+        exec_only: bool = False,
+    ) -> Zygote:
         """Start an interpreter (`python`, as the sandbox sees it) waiting for a job.
 
         Its environment is the sandbox's fixed base (bwrap, nsenter and setpriv run as
         root, so nothing a job chose may reach them); the job's comes with the job.
+        One that will only `exec` a command (`exec_only`: a cold start of anything but
+        `python SCRIPT`; an install) starts without `site`: nothing of an interpreter's
+        own start outlives an exec, and site's imports cost more than the rest of it.
         """
+        bare = exec_only or install
         info = os.pipe() if self.sandbox is not None else None
         try:
             command = self._command(
-                [python, "-c", BOOT],
+                [python, "-S", "-c", BOOT] if bare else [python, "-c", BOOT],
                 python,
                 install=install,
                 uv_cache=uv_cache,
@@ -242,7 +253,8 @@ class Confinement:
                 os.close(info[0])
                 os.close(info[1])
             raise
-        key = ("install",) if install else self.key(python)
+        # Only a parked interpreter with `site` can stand for `python SCRIPT` later.
+        key = ("install",) if install else ("exec",) if exec_only else self.key(python)
         return Zygote.start(key, command, self.base_env(python), info)
 
     def run(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -23,8 +24,15 @@ from typing import Any
 
 from dockyard.clock import monotonic
 from dockyard.compute.agent_env import Layout
+from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
+from dockyard.compute.agent_forks import AgentForks, ForkServerError
 from dockyard.compute.sandbox_limits import remove_for
 from dockyard.compute.sandbox_network import sweep as sweep_networks
+
+log = logging.getLogger(__name__)
+
+# How an agent's command line shows it, whether forked or started as a new interpreter.
+AGENT_MARKER = AGENT_MODULE.encode()
 
 # Sandbox users: far above any uid a distribution or a person hands out, below 2^31
 # (some tools still read uids as signed 32-bit numbers).
@@ -33,8 +41,9 @@ SANDBOX_UID_COUNT = 40_000_000
 
 
 def _write_private(path: Path, text: str) -> None:
-    # A spec may carry S3 credentials: readable by its owner only; replaced atomically.
-    tmp = path.with_name(f".{path.name}.tmp")
+    # A spec may carry S3 credentials: readable by its owner only; replaced atomically,
+    # through a temporary name of this process's own (an agent writes agent.pid too).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
@@ -56,7 +65,7 @@ def end_agents(data_dir: Path, grace: float = 5.0) -> None:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue
-        if b"dockyard.compute.agent" in command:
+        if AGENT_MARKER in command:
             running.add(pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in running:
@@ -78,7 +87,7 @@ def end_agents(data_dir: Path, grace: float = 5.0) -> None:
 
 def _is_agent(pid: int) -> bool:
     try:
-        if b"dockyard.compute.agent" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if AGENT_MARKER not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return False
         # A zombie has exited: nothing of it runs any more.
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -106,8 +115,13 @@ class LocalBackend:
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir).resolve() / "instances"
         self.uids = Path(data_dir).resolve() / "sandbox" / "uids"
-        # Handles of agents this process started, so they are reaped rather than left
-        # as zombies; agents from before a restart were reparented and need nothing.
+        # Agents come from the fork server (`agent_forks`), which reaps them; until an
+        # agent has written its agent.pid, its PID is known from here.
+        self._forks = AgentForks(Path(data_dir).resolve() / "agent-forks.log")
+        self._forked: dict[str, int] = {}
+        # Handles of agents this process started itself (when the fork server could
+        # not), so they are reaped rather than left as zombies; agents from before a
+        # restart were reparented and need nothing.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         if self.root.is_dir():
             sweep_networks(self.root)  # of agents that died while the server was down
@@ -153,24 +167,35 @@ class LocalBackend:
             attempt = int(spec.get("attempt", 1))
             if attempt > self._attempt(root):
                 self._retire(root)  # a resumed job: fresh instances, same log stream
-            elif (root / "agent.pid").exists() or str(root) in self._children:
+            elif (root / "agent.pid").exists() or self._started(str(root)):
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             (root / "attempt").write_text(str(attempt))
             _write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
-            with open(root / "agent.log", "ab") as log:
-                child = self._children[str(root)] = subprocess.Popen(
-                    [sys.executable, "-m", "dockyard.compute.agent", str(root)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    cwd=root,
-                )
-            # Written here as well as by the agent (which starts slower): a server
+            pid = self._start_agent(root)
+            # Written here as well as by the agent (which starts later): a server
             # sharing the data dir that steps the job next must find it launched.
-            _write_private(root / "agent.pid", f"{child.pid}\n")
+            _write_private(root / "agent.pid", f"{pid}\n")
         return handles
+
+    def _start_agent(self, root: Path) -> int:
+        """Start the agent of `root`; answer its PID."""
+        try:
+            pid = self._forked[str(root)] = self._forks.spawn(root)
+            return pid
+        except ForkServerError as exc:
+            # Slower, never wrong: the agent as a new interpreter of its own.
+            log.warning("starting the agent of %s without the fork server: %s", root, exc)
+        with open(root / "agent.log", "ab") as agent_log:
+            child = self._children[str(root)] = subprocess.Popen(
+                [sys.executable, "-m", AGENT_MODULE, str(root)],
+                stdin=subprocess.DEVNULL,
+                stdout=agent_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=root,
+            )
+        return child.pid
 
     @staticmethod
     def _attempt(root: Path) -> int:
@@ -189,6 +214,7 @@ class LocalBackend:
         child = self._children.pop(str(root), None)
         if child is not None:
             child.poll()  # reap it: it has exited (the job was stopped first)
+        self._forked.pop(str(root), None)
 
     def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         """Hand a job to a warm pool's running agents; answer the job's handles.
@@ -255,16 +281,18 @@ class LocalBackend:
         try:
             pid = int((Path(handle) / "agent.pid").read_text())
         except (FileNotFoundError, ValueError):
-            return False
+            # Forked a moment ago: its agent.pid is still to come.
+            forked = self._forked.get(handle)
+            return forked is not None and _is_agent(forked)
+        self._forked.pop(handle, None)  # agent.pid says it from here
         # A warm pool's later jobs name the agent this process started for an earlier
         # one: ask the child itself, as a dead child is a zombie until it is reaped.
         for started in self._children.values():
             if started.pid == pid:
                 return started.poll() is None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        # An agent still: not a PID reused by something else since, nor a zombie (an
+        # agent that exited after its fork server did waits for the host's init).
+        return _is_agent(pid)
+
+    def _started(self, handle: str) -> bool:
+        return handle in self._children or handle in self._forked

@@ -10,10 +10,13 @@ loopback switched off (`--disable-host-loopback`), so PyPI is reachable and
 127.0.0.1:8080 on the host is not.
 
 The namespace belongs to the instances' home directory and lives as long as one of
-its agents does: each agent joins at start and leaves when it shuts down, under a
-lock, and the last to leave removes it (`ip netns delete`, slirp4netns stopped).
-Agents that died without leaving are noticed by whoever takes the lock next, and
-`sweep` removes what no live agent holds (the backend runs it).
+its agents does: each agent joins at start - the first makes it (`sandbox_netns`),
+the others take a descriptor of it from a member, checked to be that namespace - and
+holds it by that descriptor until it leaves when it shuts down, under a lock; the last
+to leave stops slirp4netns, and the namespace ends with the last reference to it. It
+is never mounted: a mount per running job would slow every sandbox's start (see
+`sandbox_netns`). Agents that died without leaving are noticed by whoever takes the
+lock next, and `sweep` stops what no live agent holds (the backend runs it).
 """
 
 from __future__ import annotations
@@ -28,19 +31,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-NETNS_DIR = Path("/run/netns")
+from dockyard.compute import sandbox_netns as netns
+
 SLIRP_READY_SECONDS = 10.0
 AGENT_MODULE = b"dockyard.compute.agent"
 
 
 class NetworkError(Exception):
     """The namespace could not be made; str() says why."""
-
-
-def _run(*args: str) -> None:
-    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=30)
-    if result.returncode != 0:
-        raise NetworkError(f"{' '.join(args)} failed: {(result.stderr or result.stdout).strip()}")
 
 
 def _process_is(pid: int, marker: bytes) -> bool:
@@ -58,11 +56,16 @@ class HomeNetwork:
         self.isolated = isolated
         self.dir = home / "network"
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
-        self.name = f"dockyard-{digest}"
+        self.name = f"dockyard-{digest}"  # its name under /run/netns, in older versions
+        self._fd: int | None = None  # this agent's descriptor of it, while it is a member
 
     @property
     def path(self) -> str:
-        return str(NETNS_DIR / self.name)
+        """The namespace, as a path this process's children open (nsenter, slirp4netns):
+        this process's descriptor of it, so it cannot name anything else."""
+        if self._fd is None:
+            raise NetworkError("the instance has not joined its network")
+        return f"/proc/{os.getpid()}/fd/{self._fd}"
 
     @property
     def _mode(self) -> str:
@@ -80,42 +83,71 @@ class HomeNetwork:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def join(self, member: str, pid: int) -> str:
-        """Add an instance's agent; answer the namespace's path (made if need be)."""
+        """Add an instance's agent (`pid`, this process); answer the namespace's path
+        (made if need be). The agent holds a descriptor of it until it leaves."""
         with self._locked():
-            self._prune()
-            if not self._up():
+            alive = self._prune()
+            fd = self._adopt(alive) if self._up() else None
+            if fd is None:
                 self._teardown()
-                self._create()
-            (self.dir / "members" / member).write_text(str(pid))
+                fd = self._create()
+            self._fd = fd
+            record = f"{pid} {fd} {netns.inode(fd)}"
+            (self.dir / "members" / member).write_text(record)
         return self.path
 
     def leave(self, member: str) -> None:
         with self._locked():
             (self.dir / "members" / member).unlink(missing_ok=True)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             if not self._prune():
                 self._teardown()
 
     def sweep(self) -> None:
-        """Remove the namespace if no live agent holds it."""
+        """Stop the namespace's slirp4netns if no live agent holds it."""
         if not self.dir.is_dir():
             return
         with self._locked():
             if not self._prune():
                 self._teardown()
 
-    def _prune(self) -> list[str]:
-        """Forget members whose agent is gone; answer those left."""
-        alive = []
+    def _prune(self) -> dict[str, tuple[int, int, int]]:
+        """Forget members whose agent is gone; answer those left: (pid, the descriptor
+        it holds the namespace by, the namespace's inode)."""
+        alive: dict[str, tuple[int, int, int]] = {}
         for entry in (self.dir / "members").iterdir():
             try:
-                pid = int(entry.read_text())
+                fields = [int(field) for field in entry.read_text().split()]
             except (OSError, ValueError):
-                pid = 0
+                fields = []
+            pid = fields[0] if fields else 0
             if pid and _process_is(pid, AGENT_MODULE):
-                alive.append(entry.name)
+                # An older dockyard's member names no descriptor: it cannot be joined.
+                held = (fields[1], fields[2]) if len(fields) >= 3 else (-1, 0)
+                alive[entry.name] = (pid, *held)
             else:
                 entry.unlink(missing_ok=True)
         return alive
+
+    def _adopt(self, alive: dict[str, tuple[int, int, int]]) -> int | None:
+        """A descriptor of the namespace a live member holds; None if none can be had.
+        What its descriptor number names now is checked to be that namespace still."""
+        for pid, fd, inode in alive.values():
+            if fd < 0:
+                continue
+            try:
+                found = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if netns.is_network_namespace(found) and netns.inode(found) == inode:
+                    return found
+            except OSError:
+                pass
+            os.close(found)
+        return None
 
     def _slirp_pid(self) -> int | None:
         try:
@@ -129,22 +161,24 @@ class HomeNetwork:
             mode = (self.dir / "mode").read_text()
         except OSError:
             return False
-        if mode != self._mode or not Path(self.path).exists():
-            return False
-        return self.isolated or self._slirp_pid() is not None
+        return mode == self._mode and (self.isolated or self._slirp_pid() is not None)
 
-    def _create(self) -> None:
-        _run("ip", "netns", "add", self.name)
+    def _create(self) -> int:
         try:
-            _run("ip", "-n", self.name, "link", "set", "lo", "up")
+            fd = netns.new()
+        except netns.NetnsError as exc:
+            raise NetworkError(f"could not make the job's network namespace: {exc}") from exc
+        try:
             if not self.isolated:
-                self._start_slirp()
+                self._start_slirp(f"/proc/{os.getpid()}/fd/{fd}")
         except NetworkError:
+            os.close(fd)
             self._teardown()
             raise
         (self.dir / "mode").write_text(self._mode)
+        return fd
 
-    def _start_slirp(self) -> None:
+    def _start_slirp(self, namespace: str) -> None:
         ready_read, ready_write = os.pipe()
         try:
             with open(self.dir / "slirp.log", "ab") as log:
@@ -166,7 +200,7 @@ class HomeNetwork:
                         "--enable-seccomp",
                         f"--ready-fd={ready_write}",
                         "--netns-type=path",
-                        self.path,
+                        namespace,
                         "tap0",
                     ],
                     stdin=subprocess.DEVNULL,
@@ -200,10 +234,10 @@ class HomeNetwork:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if Path(self.path).exists():
+        if (netns.NETNS_DIR / self.name).exists():  # mounted there by an older dockyard
             try:
-                _run("ip", "netns", "delete", self.name)
-            except NetworkError:
+                netns.delete(self.name)
+            except netns.NetnsError:
                 pass  # looked at again by the next sweep
         for name in ("mode", "slirp.pid"):
             (self.dir / name).unlink(missing_ok=True)

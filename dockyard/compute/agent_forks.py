@@ -1,0 +1,307 @@
+"""The agents' fork server: an instance's agent for the price of a fork.
+
+An agent started as a new interpreter spends most of its CPU before it does anything:
+starting Python and importing dockyard's agent modules (about 90 ms of the agent's
+100 on a small host - more than the rest of a trivial job's instance costs together).
+So the local backend starts one long-lived process, `python -m dockyard.compute.agent
+--fork-server`, with the agent and everything it imports loaded, and asks it for each
+agent: it forks, and the child runs `agent.main([ROOT])` as `python -m
+dockyard.compute.agent ROOT` would.
+
+What stays as it was:
+
+- An agent is still a process of its own session, not tied to whoever started it: it
+  outlives the fork server and the server as before (warm pools survive restarts), and
+  a restarted server finds it by `agent.pid` in its root. The fork server is its parent
+  and reaps it when it exits (a single fork, not a double one: an orphan would be
+  reaped only by whatever the host's init is, and a dockyard that is PID 1 of a
+  container never would); if the fork server is gone by then, its agents are orphans
+  like those of a server that restarted.
+- Its command line still names `dockyard.compute.agent`, which is how `end_agents` and
+  the network's membership tell a live agent from a reused PID.
+- It starts with what a new agent would: stdin from /dev/null, stdout and stderr
+  appended to `ROOT/agent.log`, ROOT as its working directory, default signal
+  dispositions, no file descriptor but those, and fresh random state.
+
+The fork server runs no user code and reads no job's files: it only forks. It is
+started by the backend with none of the server's file descriptors, talks to it over
+its stdin and stdout (one JSON line each way per agent; no socket another process
+could connect to), and exits when the backend closes its stdin - the backend object
+going away, or the server exiting. It is single-threaded (a fork copies only the
+forking thread) and starts no thread of its own.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+import weakref
+from pathlib import Path
+from typing import IO, NoReturn
+
+from dockyard.clock import monotonic
+
+MODULE = "dockyard.compute.agent"
+FORK_SERVER_FLAG = "--fork-server"
+# How long the backend waits for the fork server's answer before it gives up on it.
+REPLY_SECONDS = 10.0
+# How long a new fork server may take to answer its first request (Python and the
+# agent's imports on a busy host).
+FIRST_REPLY_SECONDS = 60.0
+
+
+class ForkServerError(Exception):
+    """The fork server did not start an agent; the caller starts one itself."""
+
+
+def command() -> list[str]:
+    """The fork server's command line (and so every agent's it forks)."""
+    return [sys.executable, "-m", MODULE, FORK_SERVER_FLAG]
+
+
+# -- the backend's side -----------------------------------------------------------------
+
+
+class AgentForks:
+    """The backend's handle on its fork server: started on first use, started again if
+    it died. Safe to use from several threads."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._answered = False  # whether the current fork server has answered once
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    def spawn(self, root: Path) -> int:
+        """Start the agent of the instance at `root`; answer its PID.
+
+        Asked again of a new fork server if the first fails to answer - which may have
+        forked the agent before it failed: a second agent of an instance waits for the
+        first to exit and never runs its job again (`Agent.run` holds agent.lock)."""
+        with self._lock:
+            for attempt in range(2):
+                process = self._running()
+                try:
+                    return self._ask(process, root)
+                except ForkServerError:
+                    self._stop()  # a fork server that fails once is not asked again
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Let the fork server go (its agents run on)."""
+        with self._lock:
+            self._stop()
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        process = self._process
+        if process is not None and process.poll() is None:
+            return process
+        self._stop()
+        try:
+            with open(self.log, "ab") as log:
+                self._process = subprocess.Popen(
+                    command(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,  # nothing aimed at the server's group hits it
+                    cwd="/",
+                )
+        except OSError as exc:
+            raise ForkServerError(f"could not start the agents' fork server: {exc}") from exc
+        # Once nothing here refers to it, its stdin closes and it exits. (A Popen left
+        # running is kept by the subprocess module, and with it its pipes.)
+        weakref.finalize(self, _close, self._process.stdin, self._process.stdout)
+        self._answered = False
+        return self._process
+
+    def _ask(self, process: subprocess.Popen[bytes], root: Path) -> int:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps({"root": str(root)}).encode() + b"\n")
+            process.stdin.flush()
+        except OSError as exc:
+            raise ForkServerError(f"the agents' fork server is gone: {exc}") from exc
+        wait = REPLY_SECONDS if self._answered else FIRST_REPLY_SECONDS
+        line = _read_line(process.stdout.fileno(), wait)
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:
+            raise ForkServerError(f"the agents' fork server answered {line[:200]!r}") from exc
+        if not isinstance(reply, dict) or not isinstance(reply.get("pid"), int):
+            raise ForkServerError(f"the agents' fork server failed: {reply!r}")
+        self._answered = True
+        return int(reply["pid"])
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        _close(process.stdin, process.stdout)
+        # Its stdin closed, it exits by itself; one that hangs is not waited for.
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def _close(*streams: IO[bytes] | None) -> None:
+    for stream in streams:
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+
+def _read_line(fd: int, timeout: float) -> bytes:
+    """One line from the fork server, read unbuffered so nothing is left behind."""
+    data = b""
+    give_up = monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = give_up - monotonic()
+        if left <= 0:
+            raise ForkServerError("the agents' fork server did not answer")
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise ForkServerError("the agents' fork server exited")
+        data += chunk
+    return data
+
+
+# -- the fork server ----------------------------------------------------------------------
+
+
+def serve() -> int:
+    """Fork an agent for each request on stdin until stdin closes."""
+    # Preloaded here, so every agent has it without importing it; tarfile packs the
+    # job's outputs with gzip, which it imports only when first asked to.
+    import gzip  # noqa: F401
+
+    from dockyard.compute import agent  # noqa: F401
+
+    # What is loaded now is shared with every agent until one writes to it: kept out of
+    # the collector's sight, a collection in an agent neither walks nor copies it (a
+    # full collection in a forked agent: 7.9 ms of CPU without, 1.4 ms with).
+    gc.freeze()
+    requests, replies = sys.stdin.fileno(), sys.stdout.fileno()
+    # An agent's exit wakes the loop, so it is reaped at once rather than left a zombie
+    # that looks alive to whoever checks its PID.
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_write)
+    # The backend closes our stdin to end us; signals meant for a terminal are not ours.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    pending = b""
+    while True:
+        _reap()
+        try:
+            readable, _, _ = select.select([requests, wake_read], [], [])
+        except InterruptedError:
+            continue
+        if wake_read in readable:
+            try:
+                while os.read(wake_read, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if requests not in readable:
+            continue
+        chunk = os.read(requests, 65536)
+        if not chunk:
+            return 0  # the backend is gone; the agents run on without us
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            reply = _fork_agent(line)
+            _write_all(replies, json.dumps(reply).encode() + b"\n")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _fork_agent(line: bytes) -> dict[str, object]:
+    try:
+        request = json.loads(line)
+        root = Path(str(request["root"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        return {"error": f"bad request: {exc}"}
+    if not root.is_absolute() or not root.is_dir():
+        return {"error": f"{root} is not an instance's root"}
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed: {exc}"}
+    if pid == 0:
+        _become_agent(root)
+    return {"pid": pid}
+
+
+def _become_agent(root: Path) -> NoReturn:
+    """In the forked child: become `python -m dockyard.compute.agent ROOT`."""
+    code = 1
+    try:
+        os.setsid()  # as start_new_session: a session, and a process group, of its own
+        # What the fork server set up for itself goes; the agent sets its own handlers.
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter's
+        os.chdir(root)
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(root / "agent.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        # Nothing of the fork server's but the three standard streams: its requests,
+        # replies and wake-up pipe are not the agent's (nor, through it, a job's).
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        # os.fork() reseeds `random` already; every other generator the agent uses
+        # (tempfile's names, the OS's) is seeded per process or reads the kernel's.
+        random.seed()
+        sys.argv = [str(Path(__file__).with_name("agent.py")), str(root)]
+        from dockyard.compute.agent import main
+
+        code = main([str(root)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        # Never back into the fork server's loop, nor its exit handlers.
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
