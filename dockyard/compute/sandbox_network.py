@@ -33,7 +33,9 @@ from pathlib import Path
 
 from dockyard.compute import sandbox_netns as netns
 
-SLIRP_READY_SECONDS = 10.0
+# slirp4netns is ready in milliseconds on its own; a host starting hundreds of
+# instances at once on two cores took over 10 s (issue 13's 1,000 trivial jobs).
+SLIRP_READY_SECONDS = 60.0
 AGENT_MODULE = b"dockyard.compute.agent"
 
 
@@ -217,8 +219,9 @@ class HomeNetwork:
             if not readable or os.read(ready_read, 1) != b"1":
                 process.kill()
                 process.wait()
+                waited = "" if readable else f" within {SLIRP_READY_SECONDS:.0f} s"
                 raise NetworkError(
-                    "slirp4netns did not bring the job's network up: "
+                    f"slirp4netns did not bring the job's network up{waited}: "
                     + (self.dir / "slirp.log").read_text(errors="replace")[-500:]
                 )
         finally:
