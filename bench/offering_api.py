@@ -65,7 +65,7 @@ def _seed_leases(database_url: str, rng: random.Random, now: datetime) -> int:
             calendar = capacity.load_calendar(session, now, region="us-east-1")
             pools = [pool.pool.key for pool in calendar]
             horizon = int(timedelta(days=56 + 182).total_seconds())
-            rows = []
+            capacity.lock(session)
             for index in range(LEASES):
                 key = rng.choice(pools)
                 start = now + timedelta(seconds=rng.randrange(horizon))
@@ -74,20 +74,19 @@ def _seed_leases(database_url: str, rng: random.Random, now: datetime) -> int:
                 if free < 1:
                     continue
                 count = rng.randint(1, min(4, free))
-                calendar[key].add(Lease(start, end, count))
-                rows.append((key, count, start, end, f"bench-{index}"))
-                placed += 1
-            capacity.lock(session)
-            for key, count, start, end, holder in rows:
-                capacity.book(
+                # Checked against the calendar kept in step with every lease written.
+                capacity.reserve(
                     session,
                     [(key, count)],
                     start,
                     end,
                     kind="bench",
-                    holder=holder,
+                    holder=f"bench-{index}",
                     account_id=None,
+                    calendar=calendar,
                 )
+                calendar[key].add(Lease(start, end, count))
+                placed += 1
     finally:
         db.dispose()
     return placed

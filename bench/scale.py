@@ -311,7 +311,7 @@ def _change_capacity(db: Any, reconciler: Any, index: int) -> None:
             p.pool for p in capacity.load_calendar(session, now, instance_type="ml.m5.xlarge")
         )
         capacity.lock(session)
-        capacity.book(
+        capacity.reserve(
             session,
             [(pool.key, 1)],
             now + timedelta(days=1),

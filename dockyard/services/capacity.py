@@ -168,7 +168,12 @@ def _calendar(pool: Pool, leases: list[Lease]) -> PoolCalendar:
     return loaded
 
 
-def book(
+class CalendarConflict(RuntimeError):
+    """A reservation that would over-book an instant of a pool: a caller's bug, since
+    every caller checks what fits first; refused rather than written."""
+
+
+def reserve(
     session: Session,
     pool_counts: Iterable[tuple[str, int]],
     start: datetime,
@@ -177,9 +182,25 @@ def book(
     kind: str,
     holder: str,
     account_id: str | None,
+    calendar: Calendar | None = None,
 ) -> None:
+    """Hold `count` instances of each pool from `start` to `end`: the only writer of
+    leases. Takes the capacity lock and checks the calendar invariant itself (no instant
+    of a pool over-booked), against `calendar` when the caller read one under the lock
+    in this transaction before writing any lease, else against the leases as they
+    stand in this transaction."""
     pool_counts = list(pool_counts)
-    _bump(session, [key for key, _ in pool_counts])
+    keys = [key for key, _ in pool_counts]
+    lock(session)
+    if calendar is None:
+        calendar = load_calendar(session, start, pool_keys=keys)
+    for key, count in pool_counts:
+        if key not in calendar or not calendar[key].fits(start, end, count):
+            raise CalendarConflict(
+                f"{count} instance(s) of pool {key} from {start.isoformat()} to "
+                f"{end.isoformat()} would over-book it ({kind} {holder})"
+            )
+    _bump(session, keys)
     for key, count in pool_counts:
         session.add(
             LeaseRow(

@@ -49,21 +49,6 @@ STEPS = (
 )
 
 
-def _catch_up(job: TrainingJob, upto: Secondary, now: datetime) -> None:
-    """Record the steps a job went through between two polls, up to `upto`.
-
-    Only a job still on the normal path is caught up; one being stopped is not.
-    """
-    for status, message in STEPS:
-        current = Secondary(job.secondary_status)
-        if current not in SECONDARY_ORDER:
-            return
-        if SECONDARY_ORDER.index(current) < SECONDARY_ORDER.index(status):
-            transition(job, status, message, now)
-        if status is upto:
-            return
-
-
 def catch_up(job: TrainingJob, upto: Secondary, now: datetime) -> None:
     """Record the steps a job went through between two polls, up to `upto`.
 

@@ -297,7 +297,7 @@ def create(
                 end_time=end,
             )
         )
-        capacity.book(
+        capacity.reserve(
             session,
             [(key, count) for key, count in block["pools"]],
             start,

@@ -56,7 +56,7 @@ def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime
     calendar = capacity.load_calendar(session, now, pool_keys=[pool_key])
     until = calendar[pool_key].fits_until(now, until, pool.instance_count)
     if until > now:
-        capacity.book(
+        capacity.reserve(
             session,
             [(pool_key, pool.instance_count)],
             now,
@@ -64,6 +64,7 @@ def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime
             kind=LEASE_KIND,
             holder=holder(pool),
             account_id=pool.account_id,
+            calendar=calendar,
         )
     return until
 
@@ -139,7 +140,7 @@ def claim(
             if not calendar[pool_key].fits(now, now + runtime, pool.instance_count):
                 _keep_until(session, pool, now, pool.deadline or now)
                 continue
-            capacity.book(
+            capacity.reserve(
                 session,
                 [(pool_key, pool.instance_count)],
                 now,
@@ -147,6 +148,7 @@ def claim(
                 kind="training-job",
                 holder=job.arn,
                 account_id=job.account_id,
+                calendar=calendar,
             )
         # The capacity lock serialises every claimer, so the pool read above is still
         # Available here: one job takes it.

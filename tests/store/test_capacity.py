@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from dockyard.config import load_settings, plan_settings
-from dockyard.services import accounts, fleet, offerings
+from dockyard.services import accounts, capacity, fleet, offerings
 from dockyard.services.errors import ServiceError
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -91,8 +91,6 @@ def test_the_calendar_cache_follows_every_lease_write(db: Database) -> None:
     second server's cache sees the first one's writes (the versions are in the database)."""
     from sqlalchemy import event
 
-    from dockyard.services import capacity
-
     settings = plan_settings(load_settings(None))
     with db.session() as session:
         fleet.sync_fleet(session, settings.fleet, NOW)
@@ -110,7 +108,7 @@ def test_the_calendar_cache_follows_every_lease_write(db: Database) -> None:
     hour = timedelta(hours=1)
     with db.session() as session:
         capacity.lock(session)
-        capacity.book(
+        capacity.reserve(
             session,
             [(pool.key, 1)],
             NOW + hour,
@@ -135,3 +133,32 @@ def test_the_calendar_cache_follows_every_lease_write(db: Database) -> None:
         second = one.calendar(session, NOW, region="us-east-1")
     assert first is second  # its derived tables are kept too
     assert statements and not any("leases" in statement for statement in statements)
+
+
+def test_reserve_refuses_to_over_book(db: Database) -> None:
+    """Issue 13: the one writer of leases checks the invariant itself - even a caller
+    that did not check first cannot over-book an instant of a pool."""
+    settings = plan_settings(load_settings(None))
+    with db.session() as session:
+        fleet.sync_fleet(session, settings.fleet, NOW)
+    with db.read_session() as session:
+        pool = next(iter(capacity.load_calendar(session, NOW, region="us-east-1"))).pool
+    hour = timedelta(hours=1)
+    with db.session() as session:  # all of the pool for two hours
+        capacity.reserve(
+            session, [(pool.key, pool.capacity)], NOW, NOW + 2 * hour,
+            kind="t", holder="all", account_id=None,
+        )  # fmt: skip
+    for start, end in ((NOW + hour, NOW + 3 * hour), (NOW - hour, NOW + hour)):
+        with pytest.raises(capacity.CalendarConflict), db.session() as session:
+            capacity.reserve(
+                session, [(pool.key, 1)], start, end, kind="t", holder="more", account_id=None
+            )
+    with db.session() as session:  # after it, the pool is free again
+        capacity.reserve(
+            session, [(pool.key, pool.capacity)], NOW + 2 * hour, NOW + 4 * hour,
+            kind="t", holder="next", account_id=None,
+        )  # fmt: skip
+    with db.read_session() as session:
+        holders = sorted(session.scalars(select(LeaseRow.holder)))
+    assert holders == ["all", "next"]

@@ -69,7 +69,7 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
             )
         with db.session() as session:
             capacity.lock(session)
-            capacity.book(
+            capacity.reserve(
                 session,
                 [(pool.key, 1)],
                 clock.now() + timedelta(days=1),

@@ -66,7 +66,7 @@ class Placer:
         )
         for pool in calendar.pools():
             if pool.ultraserver_id is None and calendar[pool.key].fits(now, now + runtime, count):
-                capacity.book(
+                capacity.reserve(
                     session,
                     [(pool.key, count)],
                     now,
@@ -74,6 +74,7 @@ class Placer:
                     kind="training-job",
                     holder=job.arn,
                     account_id=job.account_id,
+                    calendar=calendar,
                 )
                 job.runtime = {
                     "placement": Placement(pool.key, pool.availability_zone).json(),
