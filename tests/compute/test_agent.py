@@ -126,7 +126,7 @@ def instance(tmp_path: Path) -> Iterator[Instance]:
         os.killpg(pid, signal.SIGKILL)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 15, what: str = "condition") -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
     deadline = monotonic() + timeout
     while monotonic() < deadline:
         value = condition()

@@ -12,31 +12,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dockyard.clock import monotonic
 from dockyard.compute import agent_forks
 from dockyard.compute.local import LocalBackend, end_agents
 from dockyard.compute.sandbox import unavailable
+from tests.compute.test_agent import wait_for
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason="needs the job sandbox")
 
 SLEEPER = ["python3", "-c", "import time; print('ran', flush=True); time.sleep(120)"]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = monotonic() + timeout
-    while monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        # Polling, not a timed assertion: the deadline is only a bound on a hang.
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Data:
