@@ -38,8 +38,8 @@ $(COMPILED): $(STAMP) $(wildcard $(TEST_STAMP))
 	touch $(COMPILED)
 
 # The job sandbox's tools (docs/security.md), from Debian's packages when missing.
-SANDBOX_TOOLS := bwrap slirp4netns setpriv nsenter ip
-SANDBOX_PACKAGES := bubblewrap slirp4netns util-linux iproute2
+SANDBOX_TOOLS := bwrap slirp4netns setpriv nsenter
+SANDBOX_PACKAGES := bubblewrap slirp4netns util-linux
 
 sandbox:
 	@missing=""; for tool in $(SANDBOX_TOOLS); do \

@@ -38,10 +38,9 @@ TOOLS = {
     "bwrap": "bubblewrap",
     "setpriv": "util-linux",
     "nsenter": "util-linux",
-    "ip": "iproute2",
     "slirp4netns": "slirp4netns",
 }
-INSTALL = "apt-get install bubblewrap slirp4netns util-linux iproute2"
+INSTALL = "apt-get install bubblewrap slirp4netns util-linux"
 UNSAFE_FLAG = "--unsafe-no-sandbox"
 
 # Where things are inside the sandbox.
