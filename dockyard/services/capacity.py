@@ -26,15 +26,23 @@ from dockyard.store.tables import CapacityLock, CapacityPool, LeaseRow
 
 POOLS = CapacityPool.__table__
 LEASES = LeaseRow.__table__
+_LOCKED = "dockyard.capacity_locked"  # session.info: the transaction holding the lock
 
 
 def lock(session: Session) -> None:
-    """Serialise with every other booking transaction until this one ends."""
+    """Serialise with every other booking transaction until this one ends.
+
+    Taken once per transaction: placing, reserving and bumping versions each ask for it,
+    and a second update of the lock row would only cost the hot path a statement."""
+    transaction = session.get_transaction()  # the root one, held: never a reused id
+    if transaction is not None and session.info.get(_LOCKED) is transaction:
+        return
     session.execute(
         update(CapacityLock)
         .where(CapacityLock.id == 1)
         .values(generation=CapacityLock.generation + 1)
     )
+    session.info[_LOCKED] = transaction
 
 
 def load_calendar(

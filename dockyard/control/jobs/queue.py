@@ -184,7 +184,7 @@ class JobQueue:
             if (
                 followed is not None
                 and not row.stop_requested
-                and not self._due(followed, woken, now, peek)
+                and not self._needs_step(followed, woken, now, peek)
             ):
                 continue
             stamp = capacity.WaitStamp.parse(row.waiting_for)
@@ -288,7 +288,7 @@ class JobQueue:
         return min(s for s in wanted if s is not None)
 
     @staticmethod
-    def _due(followed: Following, woken: set[str], now: datetime, peek: Peek) -> bool:
+    def _needs_step(followed: Following, woken: set[str], now: datetime, peek: Peek) -> bool:
         """Whether a followed job needs a step: named by a wake-up, at its deadline, or
         its instances changed when looked at (only every few seconds unprompted)."""
         if followed.key in woken or (followed.deadline is not None and now >= followed.deadline):

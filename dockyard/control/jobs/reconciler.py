@@ -10,6 +10,7 @@ What a step does depends on the job's state: `placing` (queued), `running` (foll
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,22 @@ class JobsReconciler:
 
     def peek(self, handles: tuple[str, ...]) -> Seen:
         """What a followed job's instances are doing: phases, and whose agent runs."""
+        return seen(*self._look(handles))
+
+    def _look(self, handles: Sequence[str]) -> tuple[list[dict[str, Any]], list[bool]]:
+        """Each instance's state, and whether its agent runs.
+
+        Whether it runs is read first: an agent that had exited before its state was
+        read left its last word there, so one ending in between is not taken for one
+        that died mid-job. One that looks dead is looked at again: an agent started by
+        another server may have written its state between the two reads."""
         alive = [self.backend.alive(handle) for handle in handles]
         states = [self.backend.poll(handle) for handle in handles]
-        return seen(states, alive)
+        for index, handle in enumerate(handles):
+            if dead([states[index].get("phase", "launching")], [alive[index]]):
+                alive[index] = self.backend.alive(handle)
+                states[index] = self.backend.poll(handle)
+        return states, alive
 
     # ------------------------------------------------------------------ one job
 
@@ -185,17 +199,7 @@ class JobsReconciler:
             handles = self.backend.launch(key, specs)
         else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
             handles = self.backend.assign(home, key, specs)
-        # Whether each agent runs, then its state: an agent that had exited before its
-        # state was read left its last word there, so one ending in between is not
-        # taken for one that died mid-job.
-        alive = [self.backend.alive(handle) for handle in handles]
-        states = [self.backend.poll(handle) for handle in handles]
-        for index, handle in enumerate(handles):
-            if dead([states[index].get("phase", "launching")], [alive[index]]):
-                # Looked again before it is called dead: an agent started by another
-                # server may have written its state between the two reads.
-                alive[index] = self.backend.alive(handle)
-                states[index] = self.backend.poll(handle)
+        states, alive = self._look(handles)
         if job.stop_requested or runtime.get("interrupting"):
             for handle in handles:
                 self.backend.stop(handle)
