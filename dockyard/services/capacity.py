@@ -27,6 +27,8 @@ from dockyard.store.tables import CapacityLock, CapacityPool, LeaseRow
 POOLS = CapacityPool.__table__
 LEASES = LeaseRow.__table__
 _LOCKED = "dockyard.capacity_locked"  # session.info: the transaction holding the lock
+# session.info: (the transaction, the pools whose leases it changed so far)
+_CHANGED = "dockyard.capacity_changed"
 
 
 def lock(session: Session) -> None:
@@ -43,6 +45,20 @@ def lock(session: Session) -> None:
         .values(generation=CapacityLock.generation + 1)
     )
     session.info[_LOCKED] = transaction
+
+
+def changed(connection: Connection | Session) -> set[str]:
+    """The pools whose leases this transaction has changed so far (none for a plain
+    connection: only sessions write leases)."""
+    if not isinstance(connection, Session):
+        return set()
+    transaction = connection.get_transaction()
+    entry = connection.info.get(_CHANGED)
+    if entry is None or entry[0] is not transaction:
+        entry = (transaction, set())
+        connection.info[_CHANGED] = entry
+    keys: set[str] = entry[1]
+    return keys
 
 
 def load_calendar(
@@ -121,6 +137,10 @@ class CalendarCache:
     For searches: what they answer is re-checked under the capacity lock when bought.
     Leases that end while cached stay until their pool next changes; they lie in the
     past, where no search looks.
+
+    A transaction that has changed a pool's leases and reads the calendar again (a
+    pass placing several jobs in one transaction) gets that pool loaded from its own
+    session and never cached: what it sees is not committed, and may never be.
     """
 
     def __init__(self) -> None:
@@ -140,17 +160,24 @@ class CalendarCache:
         rows = connection.execute(
             _pools_query(region, instance_type, ultraserver_type, None)
         ).all()
+        mine = changed(connection)
         with self._lock:
             cached = dict(self._pools)
-        stale = [row for row in rows if cached.get(row.key, (None,))[0] != row.version]
+        stale = [
+            row
+            for row in rows
+            if row.key in mine or cached.get(row.key, (None,))[0] != row.version
+        ]
         if stale:
             leases = _leases(connection, [row.key for row in stale], now)
             fresh = {
                 row.key: (row.version, _calendar(_pool(row), leases[row.key])) for row in stale
             }
             with self._lock:
-                self._pools.update(fresh)
+                self._pools.update((k, v) for k, v in fresh.items() if k not in mine)
             cached.update(fresh)
+        if any(row.key in mine for row in rows):
+            return Calendar(cached[key][1] for key in sorted(row.key for row in rows))
         stamp = tuple(sorted((row.key, row.version) for row in rows))
         filters = (region, instance_type, ultraserver_type)
         with self._lock:
@@ -238,6 +265,7 @@ def _bump(session: Session, keys: list[str]) -> None:
     """
     if keys:
         lock(session)
+        changed(session).update(keys)
         session.execute(
             update(CapacityPool)
             .where(CapacityPool.key.in_(sorted(set(keys))))

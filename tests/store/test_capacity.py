@@ -162,3 +162,39 @@ def test_reserve_refuses_to_over_book(db: Database) -> None:
     with db.read_session() as session:
         holders = sorted(session.scalars(select(LeaseRow.holder)))
     assert holders == ["all", "next"]
+
+
+def test_a_transaction_sees_its_own_leases_and_the_cache_never_keeps_them(db: Database) -> None:
+    """Issue 13: a pass places several jobs in one transaction, reading the calendar
+    after each placement. It must see its own uncommitted leases (or it over-books),
+    and the shared cache must not keep them: the transaction may yet roll back."""
+    settings = plan_settings(load_settings(None))
+    with db.session() as session:
+        fleet.sync_fleet(session, settings.fleet, NOW)
+    cache = capacity.CalendarCache()
+    with db.read_session() as session:
+        pool = next(iter(cache.calendar(session, NOW, region="us-east-1"))).pool
+    hour = timedelta(hours=1)
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), db.session() as session:
+        capacity.reserve(
+            session, [(pool.key, pool.capacity)], NOW, NOW + hour,
+            kind="t", holder="undone", account_id=None,
+        )  # fmt: skip
+        inside = cache.calendar(session, NOW, region="us-east-1")
+        assert not inside[pool.key].fits(NOW, NOW + hour, 1)  # its own lease, seen
+        raise Undo
+    # Another transaction commits a lease of its own on the pool: the pool's version is
+    # now what the undone transaction's was. The cache must not answer the undone lease.
+    with db.session() as session:
+        capacity.reserve(
+            session, [(pool.key, 1)], NOW + 5 * hour, NOW + 6 * hour,
+            kind="t", holder="kept", account_id=None,
+        )  # fmt: skip
+    with db.read_session() as session:
+        after = cache.calendar(session, NOW, region="us-east-1")
+        assert after[pool.key].fits(NOW, NOW + hour, pool.capacity)  # never committed
+        assert _shape(after) == _shape(capacity.load_calendar(session, NOW, region="us-east-1"))

@@ -82,8 +82,10 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
         reconciler()
         # The first job is tried, and fails; so is the one asking for fewer instances.
         # The others ask for as much as a job that just failed: they are not tried.
-        tried = [sql for sql in statements if "capacity_lock" in sql]
+        tried = [sql for sql in statements if "claim_expires_at <" in sql]  # claims
         assert len(tried) == 2, statements
+        # Both in one transaction, under one capacity lock.
+        assert len([sql for sql in statements if "capacity_lock" in sql]) == 1, statements
         # Nor read again while nothing changes.
         statements.clear()
         reconciler()

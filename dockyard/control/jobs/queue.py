@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import or_, select, tuple_
 from sqlalchemy.exc import OperationalError
@@ -71,8 +72,21 @@ class Following:
     look_at: float = 0.0  # monotonic: when its instances are looked at unprompted
 
 
+class Prepared(NamedTuple):
+    """A job claimed (under `token`) and placed, with its instances' specs: what a
+    step launches or reads next."""
+
+    job: TrainingJob
+    runtime: dict[str, Any]
+    specs: list[dict[str, Any]]
+    token: str
+
+
 Outcome = capacity.WaitStamp | Following | None
-Step = Callable[[int], Outcome]
+Step = Callable[[int, "Prepared | None"], Outcome]
+# What preparing a job answered: how it waits, Prepared, or the error it raised.
+Placing = tuple[int, "capacity.WaitStamp | Prepared | Exception | None"]
+Place = Callable[[Sequence[int], Callable[[int], bool]], Iterator[Placing]]
 Peek = Callable[[tuple[str, ...]], Seen]
 GiveUp = Callable[[int, str], None]
 
@@ -116,10 +130,11 @@ class JobQueue:
         with self._woken_lock:
             self._woken |= keys
 
-    def run(self, step: Step, peek: Peek, give_up: GiveUp) -> None:
-        """One pass: `step` each job that may move; it answers what a job that could not
-        be placed on demand saw, or how a running job is to be followed. `peek` reads a
-        followed job's instances; `give_up` fails a job whose steps keep failing."""
+    def run(self, step: Step, place: Place, peek: Peek, give_up: GiveUp) -> None:
+        """One pass: the jobs that may move are prepared by `place` in one transaction
+        (queued ones placed), then each is `step`ped on; a step answers how a running
+        job is to be followed. `peek` reads a followed job's instances; `give_up` fails
+        a job whose steps keep failing."""
         with self._woken_lock:
             woken, self._woken = self._woken, set()
         now = self.clock.now()
@@ -157,26 +172,21 @@ class JobQueue:
                         tuple_(TrainingJob.region, TrainingJob.instance_type).in_(changed),
                     )
                 )
-            rows = session.execute(query).all()
+            rows = session.execute(query.order_by(TrainingJob.id)).all()
         self._seen = dict(versions)
-        until: dict[tuple[str, str], datetime] = {}  # the next stamp to run out, per type
+        until: dict[Kind, datetime] = {}  # the next stamp to run out, per type
 
-        def waits(kind: tuple[str, str], stamp: capacity.WaitStamp) -> None:
+        def waits(kind: Kind, stamp: capacity.WaitStamp) -> None:
             if stamp.until is not None and (kind not in until or stamp.until < until[kind]):
                 until[kind] = stamp.until
 
-        # A warm pool may take a job its type's other jobs could not: no inference from
-        # one job's failure to another's where one is Available (read when first needed).
-        warm: set[tuple[str, str]] | None = None
-        failed: dict[tuple[str, str], list[capacity.WaitStamp]] = {}
-        moved = False  # whether a step since `versions` was read may have written leases
         self._soon = False
         if everything:  # forget jobs that ended (here or on another server)
             running = {row.id for row in rows}
             self._following = {k: v for k, v in self._following.items() if k in running}
             self._backoff = {k: v for k, v in self._backoff.items() if k in running}
+        todo = []
         for row in rows:
-            kind = (row.region, row.instance_type)
             backoff = self._backoff.get(row.id)
             if backoff is not None and monotonic() < backoff.retry_at:
                 continue
@@ -188,58 +198,100 @@ class JobQueue:
             ):
                 continue
             stamp = capacity.WaitStamp.parse(row.waiting_for)
-            if stamp is not None and not row.stop_requested:
-                if not everything and stamp.holds(versions.get(kind), now):
-                    waits(kind, stamp)
-                    continue  # queued, and nothing it waits for has changed
-                if warm is None:
-                    with self.db.read_session() as session:
-                        warm = {(r.region, r.instance_type) for r in session.execute(_WARM_TYPES)}
-                if kind not in warm:
-                    if moved:
-                        with self.db.read_session() as session:
-                            versions = capacity.versions(session)
-                        moved = False
-                    current = versions.get(kind)
-                    # A job of this type that asked for less failed in this pass, on
-                    # the capacity there is now: this one cannot fit either.
-                    covering = next(
-                        (
-                            f
-                            for f in failed.get(kind, ())
-                            if f.holds(current, now) and f.covers(stamp)
-                        ),
-                        None,
-                    )
-                    if covering is not None:
-                        # Not written back: the next pass reads this type's jobs only
-                        # if its capacity moves again (or once a minute), and then
-                        # judges them the same way.
-                        waits(kind, replace(stamp, until=covering.until))
-                        continue
+            kind = (row.region, row.instance_type)
+            if (
+                stamp is not None
+                and not row.stop_requested
+                and not everything
+                and stamp.holds(versions.get(kind), now)
+            ):
+                waits(kind, stamp)
+                continue  # queued, and nothing it waits for has changed
+            todo.append(row)
+
+        # Jobs neither followed nor stopping - queued ones, new ones - are prepared in one
+        # transaction: one capacity lock for all the placements of a pass.
+        batch = {
+            row.id: row for row in todo if row.id not in self._following and not row.stop_requested
+        }
+        # A warm pool may take a job its type's other jobs could not: no inference from
+        # one job's failure to another's where one is Available.
+        warm: set[Kind] = set()
+        if any(row.waiting_for for row in batch.values()):
+            with self.db.read_session() as session:
+                warm = {(r.region, r.instance_type) for r in session.execute(_WARM_TYPES)}
+        failed: dict[Kind, list[capacity.WaitStamp]] = {}
+
+        def skip(job_id: int) -> bool:
+            """Whether a job of the same type asking for no more failed to place in
+            this transaction, which has only taken capacity since: this one cannot fit
+            either. Not written back: the next pass reads this type's jobs only if its
+            capacity moves again (or once a minute), and judges them the same way."""
+            row = batch[job_id]
+            kind = (row.region, row.instance_type)
+            stamp = capacity.WaitStamp.parse(row.waiting_for)
+            if stamp is None or kind in warm:
+                return False
+            covering = next((f for f in failed.get(kind, ()) if f.covers(stamp)), None)
+            if covering is None:
+                return False
+            waits(kind, replace(stamp, until=covering.until))
+            return True
+
+        prepared: dict[int, Prepared] = {}
+        # Errors are handled once the transaction is over (giving up writes elsewhere).
+        errors: dict[int, Exception] = {}
+        answered: list[int] = []
+        try:
+            for job_id, outcome in place(list(batch), skip):
+                answered.append(job_id)
+                if isinstance(outcome, Exception):
+                    errors[job_id] = outcome
+                elif isinstance(outcome, Prepared):
+                    prepared[job_id] = outcome
+                else:
+                    row = batch[job_id]
+                    self._stepped(job_id, (row.region, row.instance_type), outcome, waits, failed)
+        except Exception as exc:  # the transaction failed: so did every job in it
+            errors = dict.fromkeys(answered, exc)
+            prepared.clear()
+        for job_id, error in errors.items():
+            self._failed(job_id, error, give_up)
+        for row in todo:
+            if row.id in batch and row.id not in prepared:
+                continue  # answered by `place` (or skipped)
             try:
-                outcome = step(row.id)
+                stepped = step(row.id, prepared.get(row.id))
             except Exception as exc:
                 self._failed(row.id, exc, give_up)
                 continue
-            self._backoff.pop(row.id, None)
-            self._following.pop(row.id, None)
-            if isinstance(outcome, capacity.WaitStamp):
-                failed.setdefault(kind, []).append(outcome)
-                waits(kind, outcome)
-                continue
-            if outcome is not None:
-                outcome.look_at = monotonic() + RECHECK_RUNNING_SECONDS
-                self._following[row.id] = outcome
-            else:
-                self._soon = True
-            moved = True
+            self._stepped(row.id, (row.region, row.instance_type), stepped, waits, failed)
         # Types whose stamped jobs were read now know their next run-out afresh; the
         # others keep the last pass's, or an earlier one from a job that failed now.
         kept = {k: v for k, v in self._until.items() if k not in set(changed)}
         for kind, moment in until.items():
             kept[kind] = min(kept.get(kind, moment), moment)
         self._until = kept
+
+    def _stepped(
+        self,
+        job_id: int,
+        kind: Kind,
+        outcome: Outcome,
+        waits: Callable[[Kind, capacity.WaitStamp], None],
+        failed: dict[Kind, list[capacity.WaitStamp]],
+    ) -> None:
+        """Remember what a step (or preparing) answered for the job."""
+        self._backoff.pop(job_id, None)
+        self._following.pop(job_id, None)
+        if isinstance(outcome, capacity.WaitStamp):
+            failed.setdefault(kind, []).append(outcome)
+            waits(kind, outcome)
+        elif outcome is not None:
+            outcome.look_at = monotonic() + RECHECK_RUNNING_SECONDS
+            self._following[job_id] = outcome
+        else:
+            self._soon = True
 
     def _failed(self, job_id: int, exc: Exception, give_up: GiveUp) -> None:
         """Back off from a job whose step raised; give up on it after a few tries when

@@ -10,18 +10,19 @@ What a step does depends on the job's state: `placing` (queued), `running` (foll
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.jobs.ending import Ending
 from dockyard.control.jobs.placing import Placer
-from dockyard.control.jobs.queue import Following, JobQueue, Outcome, Seen
+from dockyard.control.jobs.queue import Following, JobQueue, Outcome, Placing, Prepared, Seen
 from dockyard.control.jobs.running import apply, dead, interrupted, seen
 from dockyard.control.jobs.specs import HostSpecs, instance_key
 from dockyard.domain import plan_jobs as plan_rules
@@ -60,7 +61,7 @@ class JobsReconciler:
         self.placer = Placer(clock, plans, self.calendars, self.ending.finish)
 
     def __call__(self) -> None:
-        self.queue.run(self.step, self.peek, self.give_up)
+        self.queue.run(self.step, self.place, self.peek, self.give_up)
 
     def give_up(self, job_id: int, reason: str) -> None:
         """Fail a job whose steps keep failing (a fault, not a passing error): its capacity
@@ -121,44 +122,86 @@ class JobsReconciler:
 
     # ------------------------------------------------------------------ one job
 
-    def step(self, job_id: int) -> Outcome:
+    def step(self, job_id: int, prepared: Prepared | None = None) -> Outcome:
         """Move one job on; answers what it saw when it could not be placed on demand,
         or, for a job left running, what to follow it by.
 
         The job is claimed for the step (`store.claims`): a job another server is
-        stepping is left alone, and the step's last transaction gives the claim up.
+        stepping is left alone, and the step's last transaction gives the claim up. A
+        job `place` prepared (claimed, placed) goes on from there.
         """
-        token = claims.new_token()
+        if prepared is None:
+            token = claims.new_token()
+            with self.db.session() as session:
+                job = claims.claim_job(session, job_id, self.claimant, token)
+                if job is None:
+                    return None  # another server is stepping it
+                outcome = self._prepare(session, job, token)
+            if not isinstance(outcome, Prepared):
+                return outcome
+            prepared = outcome
+        return self._advance(prepared)
+
+    def place(self, job_ids: Sequence[int], skip: Callable[[int], bool]) -> Iterator[Placing]:
+        """Claim and prepare these jobs (queued ones placed) in one transaction, one
+        capacity lock for all: answers each job's id with what a step would have seen
+        (`Prepared` to go on with, a wait stamp, None), or the error its preparing
+        raised (that job's work undone, the others' kept). `skip(id)`, asked just
+        before a job is tried, leaves it out (one like it just failed to place).
+
+        Nothing is final until the transaction commits, after the last answer: if
+        the commit fails, so has every answer."""
         with self.db.session() as session:
-            job = claims.claim_job(session, job_id, self.claimant, token)
-            if job is None:
-                return None  # another server is stepping it
-            if JobStatus(job.status) in TERMINAL:
+            for job_id in job_ids:
+                if skip(job_id):
+                    continue
+                token = claims.new_token()
+                try:
+                    with session.begin_nested():  # one job's fault undoes its work only
+                        job = claims.claim_job(session, job_id, self.claimant, token)
+                        outcome = None if job is None else self._prepare(session, job, token)
+                except Exception as exc:
+                    yield job_id, exc
+                    continue
+                yield job_id, outcome
+
+    def _prepare(
+        self, session: Session, job: TrainingJob, token: str
+    ) -> capacity.WaitStamp | Prepared | None:
+        """With the job claimed: place it if it is queued; what its instances need."""
+        if JobStatus(job.status) in TERMINAL:
+            claims.release(job)
+            return None
+        runtime = dict(job.runtime)
+        if Placement.of_job(runtime) is None:
+            if job.stop_requested:
+                self.ending.finish(session, job, "stopped", "stop", None, None)
                 claims.release(job)
                 return None
+            if not self.placer.place(session, job):
+                claims.release(job)
+                return capacity.WaitStamp.parse(job.waiting_for)
             runtime = dict(job.runtime)
-            if Placement.of_job(runtime) is None:
-                if job.stop_requested:
-                    self.ending.finish(session, job, "stopped", "stop", None, None)
-                    claims.release(job)
-                    return None
-                if not self.placer.place(session, job):
-                    claims.release(job)
-                    return capacity.WaitStamp.parse(job.waiting_for)
-                runtime = dict(job.runtime)
-                log.info("training job %s placed: %s", job.name, runtime["placement"])
-            elif (
-                job.training_plan_arn
-                and not runtime.get("interrupting")
-                and plan_jobs.block_ending(job, self.clock.now())
-            ):
-                # The block's last 30 minutes: stop the instances (checkpoints are
-                # saved as they stop) and wait for the plan's next block.
-                runtime["interrupting"] = plan_rules.INTERRUPTED
-                job.runtime = {**job.runtime, "interrupting": plan_rules.INTERRUPTED}
-            specs = runtime.get("specs") or self.specs.for_job(job, runtime)
-            if "specs" not in runtime:
-                job.runtime = {**runtime, "specs": specs}
+            log.info("training job %s placed: %s", job.name, runtime["placement"])
+        elif (
+            job.training_plan_arn
+            and not runtime.get("interrupting")
+            and plan_jobs.block_ending(job, self.clock.now())
+        ):
+            # The block's last 30 minutes: stop the instances (checkpoints are
+            # saved as they stop) and wait for the plan's next block.
+            runtime["interrupting"] = plan_rules.INTERRUPTED
+            job.runtime = {**job.runtime, "interrupting": plan_rules.INTERRUPTED}
+        specs = runtime.get("specs") or self.specs.for_job(job, runtime)
+        if "specs" not in runtime:
+            job.runtime = {**runtime, "specs": specs}
+        return Prepared(job, runtime, specs, token)
+
+    def _advance(self, prepared: Prepared) -> Outcome:
+        """Launch or read the prepared job's instances (no session open), then apply
+        what they say and give the claim up."""
+        job, runtime, specs, token = prepared
+        job_id = job.id
         try:
             handles, states, alive = self._observe(job, runtime, specs)
         except BaseException:
