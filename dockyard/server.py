@@ -20,6 +20,7 @@ from dockyard.compute import sandbox, wake
 from dockyard.compute.local import LocalBackend
 from dockyard.compute.wake import Listener
 from dockyard.config import Settings, plan_settings
+from dockyard.control.clusters import ClustersReconciler
 from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
@@ -123,6 +124,7 @@ def build(settings: Settings) -> Server:
         [
             ("plans", PlansReconciler(db, clock, plans)),
             ("jobs", jobs),
+            ("clusters", ClustersReconciler(db, clock, backend, settings)),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
         ],
         interval_seconds=settings.reconcile_interval_seconds,

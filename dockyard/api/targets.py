@@ -14,6 +14,7 @@ from botocore.model import OperationModel, ServiceModel
 
 from dockyard.api.context import Handler
 from dockyard.api.handlers import (
+    clusters,
     identity,
     logs,
     service_quotas,
@@ -45,7 +46,13 @@ def _model(name: str) -> ServiceModel:
 
 def _sagemaker() -> ServiceTarget:
     return ServiceTarget(
-        _model("sagemaker"), {**training_jobs.HANDLERS, **training_plans.HANDLERS, **tags.HANDLERS}
+        _model("sagemaker"),
+        {
+            **training_jobs.HANDLERS,
+            **training_plans.HANDLERS,
+            **clusters.HANDLERS,
+            **tags.HANDLERS,
+        },
     )
 
 

@@ -8,6 +8,7 @@ from dockyard import __version__
 from dockyard.cli import (
     accounts,
     clock,
+    clusters,
     env,
     fleet,
     jobs,
@@ -30,6 +31,7 @@ app.add_typer(clock.app, name="clock")
 app.add_typer(plans.app, name="plans")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(pools.app, name="pools")
+app.add_typer(clusters.app, name="clusters")
 app.command("fleet")(fleet.fleet)
 app.command("env")(env.env)
 app.add_typer(maintenance.app, name="maintenance")

@@ -67,6 +67,9 @@ POLL_SECONDS = 0.1
 # An idle warm-pool agent is woken through its FIFO; this is only the fallback.
 IDLE_POLL_SECONDS = 1.0
 MAX_REASON = 1024
+# How often an idle node looks for a stop (SIGTERM, which is how it is asked, is seen
+# at once: it interrupts the sleep).
+NODE_POLL_SECONDS = 0.5
 # Long enough for any line a person would read; longer ones are split, not lost.
 MAX_LINE_BYTES = 64 * 1024
 # How often, at most, the metrics file is rewritten while lines keep changing it.
@@ -88,7 +91,8 @@ def _write_atomically(path: Path, text: str) -> None:
 class State:
     """`state.json`: the phase and the facts the control plane turns into DescribeTrainingJob.
 
-    phase: downloading | training | uploading | completed | failed | stopped
+    phase: downloading | training | uploading | completed | failed | stopped, and for a
+    cluster's node: training (its OnCreate script) | running (up) | failed | stopped
     pid: the user process (also its process group id), while there is one
     exit_code, failure_reason, stop_reason ("stop" | "max_runtime"),
     interpreter: "parked" (a warm pool's waiting interpreter ran it) or "started",
@@ -307,7 +311,28 @@ class Agent:
         outcome = self._train(spec, command, confinement)
         if outcome["phase"] is None:
             return self._finish("failed", failure_reason=outcome["failure_reason"])
+        if spec.node is not None:
+            return self._serve_node(outcome)
         return self._upload(spec, store, outcome)
+
+    # -- a cluster's node ---------------------------------------------------------------
+
+    def _serve_node(self, outcome: dict[str, Any]) -> int:
+        """After the node's OnCreate script: up ("running") until asked to stop, or
+        failed with what the script said."""
+        if outcome["phase"] == "stopped":
+            return self._finish("stopped", stop_reason=outcome.get("stop_reason"))
+        if outcome["phase"] != "completed":
+            reason = outcome.get("failure_reason") or _describe_exit(int(outcome["exit_code"]))
+            return self._finish(
+                "failed",
+                exit_code=outcome.get("exit_code"),
+                failure_reason=f"The lifecycle script (OnCreate) failed: {reason}",
+            )
+        self.state.update(phase="running", pid=None, exit_code=0, ready_at=_iso_now())
+        while not self.stop_requested():
+            time.sleep(NODE_POLL_SECONDS)
+        return self._finish("stopped", stop_reason="stop")
 
     def _confine(self, spec: JobSpec) -> Confinement:
         if self.confinement is None:

@@ -57,6 +57,10 @@ class JobSpec:
     # 1, or the attempt of a job on a training plan resumed in a later block (fresh
     # instances: its checkpoints come back from S3).
     attempt: int = 1
+    # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group"}. Its command
+    # is the group's OnCreate script; once that succeeded the node stays up ("running")
+    # until it is stopped, and nothing is uploaded.
+    node: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:

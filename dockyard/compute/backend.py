@@ -27,6 +27,10 @@ class Backend(Protocol):
         """Whether every instance of a warm pool is still running."""
         ...
 
+    def handle(self, job_key: str, host: str) -> str:
+        """The handle of `host` of `job_key`'s instances, launched or not."""
+        ...
+
     def poll(self, handle: str) -> dict[str, Any]:
         """The instance's state (the agent's state.json), or {"phase": "launching"}."""
         ...

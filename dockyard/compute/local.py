@@ -159,6 +159,9 @@ class LocalBackend:
     def _root(self, job_key: str, host: str) -> Path:
         return self.root / job_key / host
 
+    def handle(self, job_key: str, host: str) -> str:
+        return str(self._root(job_key, host))
+
     def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         handles = []
         for spec in host_specs:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dockyard.domain import plan_jobs as rules
@@ -24,7 +24,13 @@ from dockyard.domain.plans import PlanStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
 from dockyard.services.errors import ValidationException
 from dockyard.store.scoped import owned
-from dockyard.store.tables import ReservedCapacity, TrainingJob, TrainingPlan, WarmPool
+from dockyard.store.tables import (
+    ClusterNode,
+    ReservedCapacity,
+    TrainingJob,
+    TrainingPlan,
+    WarmPool,
+)
 
 TRAINING_JOB_TARGET = "training-job"
 RUNNING = (JobStatus.IN_PROGRESS.value, JobStatus.STOPPING.value)
@@ -51,7 +57,7 @@ def check_request(
             f"The training plan {plan.name} reserves {plan.instance_type} instances; the job "
             f"asks for {resources.get('InstanceType')}"
         )
-    blocks = _blocks(session, plan.id)
+    blocks = plan_blocks(session, plan.id)
     largest = max((b.instance_count for b in blocks), default=0)
     wanted = int(resources.get("InstanceCount") or 0)
     if wanted > largest:
@@ -66,7 +72,7 @@ def check_request(
     return plan
 
 
-def _blocks(session: Session, plan_id: int) -> list[ReservedCapacity]:
+def plan_blocks(session: Session, plan_id: int) -> list[ReservedCapacity]:
     return list(
         session.scalars(
             select(ReservedCapacity)
@@ -76,7 +82,7 @@ def _blocks(session: Session, plan_id: int) -> list[ReservedCapacity]:
     )
 
 
-def _block(row: ReservedCapacity) -> Block:
+def as_block(row: ReservedCapacity) -> Block:
     return Block(
         id=row.id,
         start=row.start_time,
@@ -111,6 +117,17 @@ def in_use(session: Session, plan_arn: str) -> dict[str, int]:
         block = placement.block if placement else None
         if block:
             used[block] = used.get(block, 0) + count
+    # A plan bought for clusters: the nodes on its blocks.
+    nodes = session.execute(
+        select(ClusterNode.block_id, func.count())
+        .join(ReservedCapacity, ReservedCapacity.id == ClusterNode.block_id)
+        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
+        .where(TrainingPlan.arn == plan_arn)
+        .group_by(ClusterNode.block_id)
+    )
+    for block, count in nodes:
+        if block is not None:
+            used[block] = used.get(block, 0) + int(count)
     return used
 
 
@@ -128,8 +145,8 @@ def place(session: Session, job: TrainingJob, now: datetime) -> Placement | str 
     plan = session.scalar(select(TrainingPlan).where(TrainingPlan.arn == job.training_plan_arn))
     if plan is None or plan.status in (PlanStatus.EXPIRED.value, PlanStatus.FAILED.value):
         return None
-    rows = {row.id: row for row in _blocks(session, plan.id)}
-    blocks = [_block(row) for row in rows.values()]
+    rows = {row.id: row for row in plan_blocks(session, plan.id)}
+    blocks = [as_block(row) for row in rows.values()]
     target = rules.upcoming(blocks, now)
     if target is None:
         return None

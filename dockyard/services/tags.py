@@ -13,18 +13,22 @@ from sqlalchemy.orm import Session
 
 from dockyard.services.errors import ValidationException
 from dockyard.store.scoped import owned
-from dockyard.store.tables import TrainingJob, TrainingPlan
+from dockyard.store.tables import Cluster, TrainingJob, TrainingPlan
+
+Tagged = TrainingPlan | TrainingJob | Cluster
 
 MAX_TAGS = 50
 
 
-def _holder(
-    session: Session, account_id: str, region: str, arn: str
-) -> TrainingPlan | TrainingJob:
+def _holder(session: Session, account_id: str, region: str, arn: str) -> Tagged:
     parts = arn.split(":", 5)
     resource = parts[5] if len(parts) == 6 else ""
     kind = resource.split("/", 1)[0]
-    model: Any = {"training-plan": TrainingPlan, "training-job": TrainingJob}.get(kind)
+    model: Any = {
+        "training-plan": TrainingPlan,
+        "training-job": TrainingJob,
+        "cluster": Cluster,
+    }.get(kind)
     row = None
     if model is not None:
         row = session.scalar(owned(model, account_id, region).where(model.arn == arn))
@@ -33,17 +37,17 @@ def _holder(
     return row
 
 
-def _get(row: TrainingPlan | TrainingJob) -> list[dict[str, str]]:
-    holder = row.tags if isinstance(row, TrainingPlan) else row.spec
+def _get(row: Tagged) -> list[dict[str, str]]:
+    holder = row.spec if isinstance(row, TrainingJob) else row.tags
     return list(holder.get("Tags", []))
 
 
-def _set(row: TrainingPlan | TrainingJob, tags: list[dict[str, str]]) -> None:
+def _set(row: Tagged, tags: list[dict[str, str]]) -> None:
     # JSON columns are replaced whole so the ORM sees the change.
-    if isinstance(row, TrainingPlan):
-        row.tags = {**row.tags, "Tags": tags}
-    else:
+    if isinstance(row, TrainingJob):
         row.spec = {**row.spec, "Tags": tags}
+    else:
+        row.tags = {**row.tags, "Tags": tags}
 
 
 def list_tags(session: Session, account_id: str, region: str, arn: str) -> dict[str, Any]:

@@ -350,3 +350,52 @@ class QuotaRequest(Base):
     requester: Mapped[str | None] = mapped_column(String(256), default=None)
     created_at: Mapped[datetime]
     last_updated: Mapped[datetime]
+
+
+class Cluster(Base):
+    """A HyperPod cluster (SPEC §3.5): its request as the API has it, and its status."""
+
+    __tablename__ = "clusters"
+    __table_args__ = (
+        UniqueConstraint("account_id", "region", "name", name="uq_clusters_account_name"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(63))
+    # The id in its ARN (12 lower-case letters and digits, as SageMaker's).
+    cluster_id: Mapped[str] = mapped_column(String(12), unique=True)
+    arn: Mapped[str] = mapped_column(String(256), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    failure_message: Mapped[str | None] = mapped_column(String(1024), default=None)
+    # InstanceGroups, NodeRecovery, Orchestrator, VpcConfig, as the request had them
+    # (UpdateCluster replaces the groups).
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    tags: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime]
+    last_modified_time: Mapped[datetime]
+
+
+class ClusterNode(Base):
+    """One node of a cluster's instance group: a long-lived instance on the backend."""
+
+    __tablename__ = "cluster_nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    instance_group: Mapped[str] = mapped_column(String(63))
+    # "i-" and 17 hex digits, as EC2's; the backend knows the node by it too.
+    instance_id: Mapped[str] = mapped_column(String(32), unique=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(String(1024), default=None)
+    availability_zone: Mapped[str] = mapped_column(String(32))
+    pool_key: Mapped[str] = mapped_column(String(200))
+    # The plan block the node runs on (its lease holds the instance), or None on demand.
+    block_id: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+    launch_time: Mapped[datetime]
+    # Set when the node is to go (deleted, its block's cutoff, its cluster deleted).
+    shutdown_requested: Mapped[bool] = mapped_column(default=False)

@@ -14,12 +14,15 @@ from dockyard.compute import wake
 from dockyard.config import Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
+from dockyard.domain.clusters import ON_CREATE_SECONDS
 from dockyard.domain.placement import Placement
 from dockyard.domain.warm_pools import keep_alive_seconds
-from dockyard.store.tables import TrainingJob
+from dockyard.store.tables import Cluster, ClusterNode, TrainingJob
 
 log = logging.getLogger("dockyard.control.jobs")
 STOP_GRACE_SECONDS = 10
+# Where a node finds its group's lifecycle scripts: /opt/ml/input/data/<this>.
+LIFE_CYCLE_CHANNEL = "lifecycle"
 
 
 def instance_key(job: TrainingJob) -> str:
@@ -53,6 +56,64 @@ class HostSpecs:
             else {"root": str(self.data_dir / "s3")}
         )
 
+    def _sandbox(self, instance_type: str) -> dict[str, Any]:
+        kind = instance_types.describe(instance_type, self.instance_types)
+        return {
+            "mode": self.sandbox_mode,
+            "limits": {
+                "memory_bytes": kind.memory_bytes,
+                "cpus": kind.vcpus,
+                "pids": kind.max_pids,
+            },
+        }
+
+    def for_node(
+        self, cluster: Cluster, group: dict[str, Any], node: ClusterNode
+    ) -> dict[str, Any]:
+        """What a cluster's node runs (`job.json`): its group's lifecycle scripts staged
+        as a channel, and its OnCreate script run from there; then it stays up."""
+        life_cycle = group["LifeCycleConfig"]
+        return {
+            "job_name": cluster.name,
+            "host": node.instance_id,
+            "hosts": [node.instance_id],
+            "input_data_config": [
+                {
+                    "ChannelName": LIFE_CYCLE_CHANNEL,
+                    "DataSource": {
+                        "S3DataSource": {
+                            "S3DataType": "S3Prefix",
+                            "S3Uri": life_cycle["SourceS3Uri"],
+                            "S3DataDistributionType": "FullyReplicated",
+                        }
+                    },
+                }
+            ],
+            "resource_config": {
+                "InstanceType": node.instance_type,
+                "InstanceCount": 1,
+                "VolumeSizeInGB": 30,
+            },
+            # The script's name is an argument, never part of the shell's text.
+            "entrypoint": [
+                "/bin/sh",
+                "-c",
+                f'cd /opt/ml/input/data/{LIFE_CYCLE_CHANNEL} && exec /bin/sh "./$0"',
+                life_cycle["OnCreate"],
+            ],
+            "python": sys.executable,
+            "max_runtime_seconds": ON_CREATE_SECONDS,
+            "stop_grace_seconds": STOP_GRACE_SECONDS,
+            "s3": self.s3,
+            "uv_cache_dir": str(self.data_dir / "uv-cache" / cluster.account_id),
+            "job_arn": cluster.arn,
+            "account_id": cluster.account_id,
+            "sandbox": self._sandbox(node.instance_type),
+            "availability_zone": node.availability_zone,
+            "wake_socket": str(wake.directory(self.data_dir)),
+            "node": {"cluster": cluster.name, "group": node.instance_group},
+        }
+
     def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
         """One spec per host of the job: what its agent runs, as `job.json`."""
         placement = Placement.of_job(runtime)
@@ -75,15 +136,7 @@ class HostSpecs:
                 python,
             )
         port = _free_port()
-        kind = instance_types.describe(spec["ResourceConfig"]["InstanceType"], self.instance_types)
-        sandbox = {
-            "mode": self.sandbox_mode,
-            "limits": {
-                "memory_bytes": kind.memory_bytes,
-                "cpus": kind.vcpus,
-                "pids": kind.max_pids,
-            },
-        }
+        sandbox = self._sandbox(spec["ResourceConfig"]["InstanceType"])
         return [
             {
                 "job_name": job.name,

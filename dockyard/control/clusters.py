@@ -1,0 +1,260 @@
+"""The clusters reconciler: gives each instance group the nodes it should have now,
+launches them, reads what they say, and lets go of the nodes that are to go.
+
+A pass over one cluster is three steps: decide (one transaction behind the capacity
+lock: which nodes go - deleted, their plan's block 1 hour from its end, their group
+gone or shrunk, failed and recovered automatically - and which new ones are placed),
+act (no session open: launch what should run, stop what should go, read each node's
+agent), record (one transaction: node statuses, gone nodes' rows and leases removed,
+the cluster's status). Launching and stopping are safe to repeat, so a server killed
+at any point picks up where the rows and the agents' files say things are.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
+from dockyard.config import Settings
+from dockyard.control.jobs.specs import HostSpecs
+from dockyard.control.loop import seconds_until
+from dockyard.domain import clusters as rules
+from dockyard.domain.clusters import ClusterStatus, NodeStatus
+from dockyard.services import capacity
+from dockyard.services import clusters as service
+from dockyard.store.db import Database
+from dockyard.store.tables import Cluster, ClusterNode
+
+log = logging.getLogger("dockyard.control.clusters")
+
+# How often nodes are looked at though no agent woke the control plane (an agent that
+# died says nothing).
+LOOK_SECONDS = 5.0
+# How soon a pass comes again while nodes are coming up or going.
+BUSY_SECONDS = 0.5
+
+
+@dataclass
+class Work:
+    """One node as the deciding step left it, for the acting step."""
+
+    instance_id: str
+    key: str  # the backend's name for the node's instance
+    spec: dict[str, Any] | None  # what it runs; None for a node that is to go
+    handle: str | None = None
+
+
+def node_key(cluster: Cluster, node: ClusterNode) -> str:
+    return f"{cluster.account_id}-{cluster.region}-cluster-{cluster.cluster_id}-{node.instance_id}"
+
+
+class ClustersReconciler:
+    def __init__(self, db: Database, clock: Clock, backend: Backend, settings: Settings) -> None:
+        self.db = db
+        self.clock = clock
+        self.backend = backend
+        self.specs = HostSpecs(settings)
+        self._due: float | None = None
+        self._next: datetime | None = None
+
+    def __call__(self) -> None:
+        with self.db.read_session() as session:
+            ids = list(session.scalars(select(Cluster.id).order_by(Cluster.id)))
+        busy = False
+        moments: list[datetime] = []
+        for cluster_id in ids:
+            outcome = self.step(cluster_id)
+            if outcome is not None:
+                busy = busy or outcome[0]
+                if outcome[1] is not None:
+                    moments.append(outcome[1])
+        self._next = min(moments, default=None)
+        self._due = BUSY_SECONDS if busy else (LOOK_SECONDS if ids else None)
+
+    def due(self) -> float | None:
+        wanted = [self._due, seconds_until(self.clock, [self._next])]
+        return min((s for s in wanted if s is not None), default=None)
+
+    # ------------------------------------------------------------------ one cluster
+
+    def step(self, cluster_id: int) -> tuple[bool, datetime | None] | None:
+        """Move one cluster on; answers whether it is busy (nodes coming or going) and
+        the next moment its plans' nodes come or go."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            work = self._decide(session, cluster_id, now)
+        if work is None:
+            return None
+        seen: dict[str, tuple[dict[str, Any], bool]] = {}
+        for item in work:
+            if item.spec is not None:
+                item.handle = self.backend.launch(item.key, [item.spec])[0]
+            else:
+                item.handle = self.backend.handle(item.key, item.instance_id)
+            alive = self.backend.alive(item.handle)
+            if item.spec is None and alive:
+                self.backend.stop(item.handle)
+            seen[item.instance_id] = (self.backend.poll(item.handle), alive)
+        with self.db.session() as session:
+            return self._record(session, cluster_id, seen, now)
+
+    def _decide(self, session: Session, cluster_id: int, now: datetime) -> list[Work] | None:
+        capacity.lock(session)  # placements and let-gos serialise with every booking
+        cluster = session.get(Cluster, cluster_id)
+        if cluster is None:
+            return None
+        status = ClusterStatus(cluster.status)
+        nodes = service.nodes_of(session, cluster)
+        recovery = cluster.spec.get("NodeRecovery", "Automatic") == "Automatic"
+        for node in nodes:
+            group = service.group_spec(cluster, node.instance_group)
+            if status in (ClusterStatus.DELETING, ClusterStatus.FAILED) or group is None:
+                self._let_go(node, None)
+            elif node.block_id is not None and not self._block_usable(session, group, node, now):
+                self._let_go(node, "The training plan's reserved capacity ends in 1 hour")
+            elif (
+                node.status == NodeStatus.FAILURE.value
+                and recovery
+                and (status != ClusterStatus.CREATING)
+            ):
+                self._let_go(node, None)  # replaced: its group lacks a node from here
+        if status not in (ClusterStatus.DELETING, ClusterStatus.FAILED):
+            for group in cluster.spec.get("InstanceGroups", []):
+                self._fill(session, cluster, group, nodes, now)
+        work = []
+        for node in service.nodes_of(session, cluster):
+            group = service.group_spec(cluster, node.instance_group)
+            spec = (
+                None
+                if node.shutdown_requested or group is None
+                else self.specs.for_node(cluster, group, node)
+            )
+            work.append(Work(node.instance_id, node_key(cluster, node), spec))
+        return work
+
+    @staticmethod
+    def _let_go(node: ClusterNode, message: str | None) -> None:
+        if not node.shutdown_requested:
+            node.shutdown_requested = True
+            service.set_node_status(node, NodeStatus.SHUTTING_DOWN, message)
+
+    @staticmethod
+    def _block_usable(
+        session: Session, group: dict[str, Any], node: ClusterNode, now: datetime
+    ) -> bool:
+        blocks = service.plan_blocks(session, str(group.get("TrainingPlanArn") or ""))
+        block = next((b for b, _ in blocks if b.id == node.block_id), None)
+        return block is not None and rules.usable(block, now)
+
+    def _fill(
+        self,
+        session: Session,
+        cluster: Cluster,
+        group: dict[str, Any],
+        nodes: list[ClusterNode],
+        now: datetime,
+    ) -> None:
+        """Place the nodes the group lacks now; let go of the ones it has too many of
+        (the newest first)."""
+        name = group["InstanceGroupName"]
+        staying = [n for n in nodes if n.instance_group == name and not n.shutdown_requested]
+        wanted = service.wanted_now(session, group, now)
+        for node in sorted(staying, key=lambda n: n.launch_time, reverse=True)[
+            : max(0, len(staying) - wanted)
+        ]:
+            self._let_go(node, "The instance group's count was lowered")
+        for _ in range(wanted - len(staying)):
+            placed = service.place_node(session, cluster, group, now)
+            if isinstance(placed, str):
+                log.info("cluster %s group %s waits: %s", cluster.name, name, placed)
+                return
+            session.add(placed)
+            session.flush()
+            log.info("cluster %s: node %s placed (%s)", cluster.name, placed.instance_id, name)
+
+    def _record(
+        self,
+        session: Session,
+        cluster_id: int,
+        seen: dict[str, tuple[dict[str, Any], bool]],
+        now: datetime,
+    ) -> tuple[bool, datetime | None] | None:
+        cluster = session.get(Cluster, cluster_id)
+        if cluster is None:
+            return None
+        busy = False
+        for node in service.nodes_of(session, cluster):
+            state, alive = seen.get(node.instance_id, ({}, True))
+            phase = state.get("phase", "launching")
+            if node.shutdown_requested:
+                if alive:
+                    busy = True
+                    continue
+                # Gone: its row, and on demand its lease, go too.
+                capacity.release(session, service.node_holder(cluster, node.instance_id))
+                session.delete(node)
+                continue
+            new, message = _node_status(phase, alive, state)
+            if new is not None and new.value != node.status:
+                service.set_node_status(node, new, message)
+            if NodeStatus(node.status) == NodeStatus.PENDING:
+                busy = True
+        session.flush()
+        nodes = service.nodes_of(session, cluster)
+        status = ClusterStatus(cluster.status)
+        groups = cluster.spec.get("InstanceGroups", [])
+        if status == ClusterStatus.DELETING:
+            if not nodes:
+                session.delete(cluster)
+                log.info("cluster %s deleted", cluster.name)
+                return None
+            return True, None
+        failed = next((n for n in nodes if n.status == NodeStatus.FAILURE.value), None)
+        running = sum(1 for n in nodes if n.status == NodeStatus.RUNNING.value)
+        if status == ClusterStatus.CREATING:
+            if failed is not None:
+                cluster.failure_message = f"Node {failed.instance_id}: {failed.message}"[:1024]
+                service.set_status(cluster, ClusterStatus.FAILED, now)
+                busy = True
+            elif running >= sum(int(g["InstanceCount"]) for g in groups):
+                service.set_status(cluster, ClusterStatus.IN_SERVICE, now)
+        elif status == ClusterStatus.UPDATING:
+            if running >= sum(service.wanted_now(session, g, now) for g in groups):
+                service.set_status(cluster, ClusterStatus.IN_SERVICE, now)
+        moments = []
+        for group in groups:
+            if group.get("TrainingPlanArn"):
+                blocks = [
+                    b for b, _ in service.plan_blocks(session, str(group["TrainingPlanArn"]))
+                ]
+                moment = rules.next_moment(blocks, now)
+                if moment is not None:
+                    moments.append(moment)
+        return busy, min(moments, default=None)
+
+
+def _node_status(
+    phase: str, alive: bool, state: dict[str, Any]
+) -> tuple[NodeStatus | None, str | None]:
+    """A live node's status from its agent: Pending until OnCreate succeeded, Running
+    while up, Failure when OnCreate failed or the instance died."""
+    if phase == "running":
+        if alive:
+            return NodeStatus.RUNNING, "The node is running"
+        return NodeStatus.FAILURE, "The node's instance stopped unexpectedly"
+    if phase == "failed":
+        return NodeStatus.FAILURE, str(state.get("failure_reason") or "The node failed")
+    if phase in ("stopped", "completed"):
+        return NodeStatus.FAILURE, "The node's instance stopped unexpectedly"
+    if not alive:
+        return NodeStatus.FAILURE, "The node's instance died while it was being provisioned"
+    if phase == "training":
+        return NodeStatus.PENDING, "Running the lifecycle script (OnCreate)"
+    return None, None
