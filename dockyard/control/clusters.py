@@ -51,10 +51,6 @@ class Work:
     handle: str | None = None
 
 
-def node_key(cluster: Cluster, node: ClusterNode) -> str:
-    return f"{cluster.account_id}-{cluster.region}-cluster-{cluster.cluster_id}-{node.instance_id}"
-
-
 class ClustersReconciler:
     def __init__(self, db: Database, clock: Clock, backend: Backend, settings: Settings) -> None:
         self.db = db
@@ -136,7 +132,7 @@ class ClustersReconciler:
                 if node.shutdown_requested or group is None
                 else self.specs.for_node(cluster, group, node)
             )
-            work.append(Work(node.instance_id, node_key(cluster, node), spec))
+            work.append(Work(node.instance_id, service.node_key(cluster, node), spec))
         return work
 
     @staticmethod

@@ -558,6 +558,11 @@ def place_node(
     )
 
 
+def node_key(cluster: Cluster, node: ClusterNode) -> str:
+    """The backend's name for a node's instance (its host is the node's instance id)."""
+    return f"{cluster.account_id}-{cluster.region}-cluster-{cluster.cluster_id}-{node.instance_id}"
+
+
 def node_holder(cluster: Cluster, instance_id: str) -> str:
     """The holder of an on-demand node's lease."""
     return f"{cluster.arn}/node/{instance_id}"
