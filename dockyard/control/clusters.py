@@ -39,6 +39,8 @@ log = logging.getLogger("dockyard.control.clusters")
 LOOK_SECONDS = 5.0
 # How soon a pass comes again while nodes are coming up or going.
 BUSY_SECONDS = 0.5
+LIVE = (NodeStatus.PENDING.value, NodeStatus.RUNNING.value)
+FAILURE = NodeStatus.FAILURE.value
 
 
 @dataclass
@@ -109,6 +111,14 @@ class ClustersReconciler:
         status = ClusterStatus(cluster.status)
         nodes = service.nodes_of(session, cluster)
         recovery = cluster.spec.get("NodeRecovery", "Automatic") == "Automatic"
+        failed = service.failed_instances(session, nodes)
+        for node in nodes:
+            if node.fleet_instance_id in failed and node.status in LIVE:
+                service.set_node_status(
+                    node,
+                    NodeStatus.FAILURE,
+                    f"The node's instance {node.fleet_instance_id} failed its health checks",
+                )
         for node in nodes:
             group = service.group_spec(cluster, node.instance_group)
             if status in (ClusterStatus.DELETING, ClusterStatus.FAILED) or group is None:
@@ -127,9 +137,10 @@ class ClustersReconciler:
         work = []
         for node in service.nodes_of(session, cluster):
             group = service.group_spec(cluster, node.instance_group)
+            # A failed node runs nothing (NodeRecovery None keeps it, failed).
             spec = (
                 None
-                if node.shutdown_requested or group is None
+                if node.shutdown_requested or group is None or node.status == FAILURE
                 else self.specs.for_node(cluster, group, node)
             )
             work.append(Work(node.instance_id, service.node_key(cluster, node), spec))
@@ -197,6 +208,8 @@ class ClustersReconciler:
                 capacity.release(session, service.node_holder(cluster, node.instance_id))
                 session.delete(node)
                 continue
+            if node.status == FAILURE:
+                continue  # failed stays failed, whatever its agent says as it goes
             new, message = _node_status(phase, alive, state)
             if new is not None and new.value != node.status:
                 service.set_node_status(node, new, message)

@@ -17,9 +17,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from dockyard.domain import clusters as rules
+from dockyard.domain import ultraservers
 from dockyard.domain.arns import arn as make_arn
 from dockyard.domain.clusters import (
     CLUSTER_TRANSITIONS,
@@ -27,6 +28,7 @@ from dockyard.domain.clusters import (
     ClusterStatus,
     NodeStatus,
 )
+from dockyard.domain.instances import InstanceHealth
 from dockyard.domain.job_paths import s3_uri_problem
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.plans import PlanStatus
@@ -34,7 +36,7 @@ from dockyard.services import buckets, capacity, plan_jobs
 from dockyard.services.errors import ResourceInUse, ResourceNotFound, ValidationException
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.scoped import owned
-from dockyard.store.tables import Cluster, ClusterNode, TrainingPlan
+from dockyard.store.tables import Cluster, ClusterNode, Instance, ReservedCapacity, TrainingPlan
 
 HYPERPOD_TARGET = "hyperpod-cluster"
 KEPT = ("InstanceGroups", "NodeRecovery", "Orchestrator", "VpcConfig")
@@ -388,12 +390,37 @@ def set_node_status(node: ClusterNode, new: NodeStatus, message: str | None = No
 
 
 def _node_summary(node: ClusterNode) -> dict[str, Any]:
-    return {
+    summary: dict[str, Any] = {
         "InstanceGroupName": node.instance_group,
         "InstanceId": node.instance_id,
         "InstanceType": node.instance_type,
         "LaunchTime": node.launch_time,
         "InstanceStatus": {"Status": node.status, "Message": node.message},
+    }
+    if node.ultraserver_id:
+        summary["UltraServerInfo"] = {"Id": node.ultraserver_id, "Type": _ultraserver_type(node)}
+    return summary
+
+
+def _ultraserver_type(node: ClusterNode) -> str | None:
+    session = object_session(node)
+    instance = session.get(Instance, node.fleet_instance_id) if session is not None else None
+    return instance.ultraserver_type if instance is not None else None
+
+
+# A node's place in its UltraServer, as labels (HyperPod's topology labels).
+ULTRASERVER_LABEL = "sagemaker.amazonaws.com/ultraserver-id"
+POSITION_LABEL = "sagemaker.amazonaws.com/ultraserver-instance-position"
+INSTANCE_LABEL = "sagemaker.amazonaws.com/fleet-instance-id"
+
+
+def topology_labels(node: ClusterNode) -> dict[str, str]:
+    if not node.ultraserver_id or not node.fleet_instance_id:
+        return {}
+    return {
+        ULTRASERVER_LABEL: node.ultraserver_id,
+        POSITION_LABEL: str(ultraservers.position(node.fleet_instance_id)),
+        INSTANCE_LABEL: node.fleet_instance_id,
     }
 
 
@@ -444,6 +471,11 @@ def describe_node(
             "ThreadsPerCore": group.get("ThreadsPerCore", 1),
             "Placement": {"AvailabilityZone": node.availability_zone},
             "CapacityType": "OnDemand",
+            **(
+                {"KubernetesConfig": {"CurrentLabels": labels, "DesiredLabels": labels}}
+                if (labels := topology_labels(node))
+                else {}
+            ),
         }
     }
 
@@ -516,6 +548,9 @@ def place_node(
         if current is None:
             return rules.plan_group_message([b for b, _ in blocks], now) or ""
         block_pool = next(key for block, key in blocks if block.id == current.id)
+        servers = _ultraservers_of(session, current.id)
+        if servers:
+            return _on_ultraserver(session, cluster, group, instance_id, current, servers, now)
         used = plan_jobs.in_use(session, str(plan_arn)).get(current.id, 0)
         if used >= current.instance_count:
             return (
@@ -555,6 +590,82 @@ def place_node(
     return (
         f"Waiting for capacity: no {group['InstanceType']} instance in {cluster.region} is free "
         "for as long as a node holds one (on demand, until it is deleted)"
+    )
+
+
+def _ultraservers_of(session: Session, block_id: str) -> list[str]:
+    """The UltraServers a block holds (none for a block of plain instances)."""
+    row = session.get(ReservedCapacity, block_id)
+    pools = (row.pools.get("pools") or []) if row is not None else []
+    return [str(key).removeprefix("us:") for key, _ in pools if str(key).startswith("us:")]
+
+
+def ultraserver_instances(session: Session, servers: list[str]) -> dict[str, list[Instance]]:
+    """Each UltraServer's instances, in their positions' order."""
+    found: dict[str, list[Instance]] = {server: [] for server in servers}
+    for instance in session.scalars(
+        select(Instance).where(Instance.ultraserver_id.in_(servers)).order_by(Instance.id)
+    ):
+        found[str(instance.ultraserver_id)].append(instance)
+    return found
+
+
+def _on_ultraserver(
+    session: Session,
+    cluster: Cluster,
+    group: dict[str, Any],
+    instance_id: str,
+    block: Block,
+    servers: list[str],
+    now: datetime,
+) -> ClusterNode | str:
+    """A node on a healthy free instance of the block's UltraServers, filling one
+    UltraServer before the next (one NVLink domain), within its usable count: a failed
+    instance's node moves to a spare while the UltraServer has one."""
+    plan = session.scalar(
+        select(TrainingPlan).where(TrainingPlan.arn == str(group["TrainingPlanArn"]))
+    )
+    spares = plan.spare_per_ultraserver if plan is not None else 0
+    on_block = list(session.scalars(select(ClusterNode).where(ClusterNode.block_id == block.id)))
+    taken = {n.fleet_instance_id for n in on_block}
+    for server, instances in ultraserver_instances(session, servers).items():
+        unhealthy = sum(1 for i in instances if i.health != InstanceHealth.HEALTHY.value)
+        live = sum(1 for n in on_block if n.ultraserver_id == server and not n.shutdown_requested)
+        if live >= ultraservers.usable(len(instances), spares, unhealthy):
+            continue
+        free = next(
+            (
+                i
+                for i in instances
+                if i.health == InstanceHealth.HEALTHY.value and i.id not in taken
+            ),
+            None,
+        )
+        if free is None:
+            continue
+        node = _new_node(
+            cluster, group, instance_id, free.pool_key, block.availability_zone, block.id, now
+        )
+        node.fleet_instance_id = free.id
+        node.ultraserver_id = server
+        return node
+    return (
+        "The training plan's UltraServers have no usable instance free: their failures "
+        "have used up the spares"
+    )
+
+
+def failed_instances(session: Session, nodes: list[ClusterNode]) -> set[str]:
+    """The fleet instances under these nodes that are no longer healthy."""
+    ids = [n.fleet_instance_id for n in nodes if n.fleet_instance_id]
+    if not ids:
+        return set()
+    return set(
+        session.scalars(
+            select(Instance.id).where(
+                Instance.id.in_(ids), Instance.health != InstanceHealth.HEALTHY.value
+            )
+        )
     )
 
 

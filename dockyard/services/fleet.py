@@ -16,13 +16,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.domain import fleet as fleet_rules
+from dockyard.domain.instances import HEALTH_TRANSITIONS, InstanceHealth
 from dockyard.store.tables import CapacityPool, Instance, LeaseRow
 
-HEALTHY = "Healthy"
+HEALTHY = InstanceHealth.HEALTHY.value
 # Taken out of service by an operator (maintenance, patching): not handed out, and the
 # warm pools on it are terminated (SPEC §5.10).
-MAINTENANCE = "Maintenance"
-HEALTH_STATES = (HEALTHY, MAINTENANCE)
+MAINTENANCE = InstanceHealth.MAINTENANCE.value
+# Failed (`dockyard fleet fail` injects a fault): not handed out; what ran on it failed.
+UNHEALTHY = InstanceHealth.UNHEALTHY.value
+HEALTH_STATES = tuple(h.value for h in InstanceHealth)
 
 
 def set_health(
@@ -55,6 +58,9 @@ def set_health(
     if missing or not rows:
         raise ValueError(f"no such instance(s) in the fleet: {', '.join(missing) or 'none match'}")
     for row in rows:
+        # An illegal move is a caller's mistake here (an operator's request): say so.
+        if not HEALTH_TRANSITIONS.allowed(InstanceHealth(row.health), InstanceHealth(health)):
+            raise ValueError(f"instance {row.id} cannot go from {row.health} to {health}")
         row.health = health
     session.flush()
     refresh_pools(session)

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
+from dockyard.domain import ultraservers
 from dockyard.domain.plans import (
     BLOCK_TRANSITIONS,
     PLAN_TRANSITIONS,
@@ -27,7 +28,7 @@ from dockyard.services import capacity, ledger, plan_jobs
 from dockyard.services.errors import ResourceNotFound
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.scoped import owned
-from dockyard.store.tables import Instance, ReservedCapacity, TrainingPlan
+from dockyard.store.tables import ClusterNode, Instance, ReservedCapacity, TrainingPlan
 
 HEALTHY = "Healthy"
 
@@ -115,9 +116,19 @@ def _find(session: Session, account_id: str, region: str, name: str) -> Training
 
 def describe(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
     plan = _find(session, account_id, region, name)
-    return _plan_view(
-        plan, _blocks(session, [plan.id])[plan.id], plan_jobs.in_use(session, plan.arn)
-    )
+    blocks = _blocks(session, [plan.id])[plan.id]
+    view = _plan_view(plan, blocks, plan_jobs.in_use(session, plan.arn))
+    if plan.ultraserver_type and blocks:
+        # The UltraServers of the block that is active (else the next): their failures
+        # use up spares, then capacity.
+        block = next((b for b in blocks if b.status == PlanStatus.ACTIVE.value), blocks[0])
+        servers = _ultraservers(session, block)
+        view["UnhealthyInstanceCount"] = sum(s["UnhealthyInstanceCount"] for s in servers)
+        if view["AvailableSpareInstanceCount"]:
+            view["AvailableSpareInstanceCount"] = sum(
+                s["AvailableSpareInstanceCount"] for s in servers
+            )
+    return view
 
 
 _SORT = {
@@ -180,12 +191,21 @@ def _ultraservers(session: Session, block: ReservedCapacity) -> list[dict[str, A
             select(Instance).where(Instance.pool_key.in_(keys)).order_by(Instance.id)
         ):
             by_server[instance.ultraserver_id or ""].append(instance)
+    # Cluster nodes hold instances of an UltraServer by id.
+    in_use: dict[str, int] = defaultdict(int)
+    for server in session.scalars(
+        select(ClusterNode.ultraserver_id).where(
+            ClusterNode.block_id == block.id, ClusterNode.ultraserver_id.is_not(None)
+        )
+    ):
+        in_use[str(server)] += 1
     servers = []
     for key in keys:
         server_id = key.removeprefix("us:")
         instances = by_server.get(server_id, [])
         unhealthy = sum(1 for i in instances if i.health != HEALTHY)
         spare = plan.spare_per_ultraserver
+        usable = ultraservers.usable(len(instances), spare, unhealthy)
         servers.append(
             {
                 "UltraServerId": server_id,
@@ -195,11 +215,11 @@ def _ultraservers(session: Session, block: ReservedCapacity) -> list[dict[str, A
                 "TotalInstanceCount": len(instances),
                 "ConfiguredSpareInstanceCount": spare,
                 # A failed instance is replaced from the spares while there are any.
-                "AvailableInstanceCount": min(len(instances) - spare, len(instances) - unhealthy),
-                "InUseInstanceCount": 0,
-                "AvailableSpareInstanceCount": max(0, spare - unhealthy),
+                "AvailableInstanceCount": max(0, usable - in_use[server_id]),
+                "InUseInstanceCount": in_use[server_id],
+                "AvailableSpareInstanceCount": ultraservers.available_spares(spare, unhealthy),
                 "UnhealthyInstanceCount": unhealthy,
-                "HealthStatus": "OK" if not unhealthy else "Impaired",
+                "HealthStatus": ultraservers.health(spare, unhealthy),
             }
         )
     return servers

@@ -396,6 +396,10 @@ class ClusterNode(Base):
     pool_key: Mapped[str] = mapped_column(String(200))
     # The plan block the node runs on (its lease holds the instance), or None on demand.
     block_id: Mapped[str | None] = mapped_column(String(64), default=None, index=True)
+    # On an UltraServer, the fleet instance the node runs on (nodes are placed on
+    # instances there: spares and failures are per instance), and its UltraServer.
+    fleet_instance_id: Mapped[str | None] = mapped_column(String(160), default=None)
+    ultraserver_id: Mapped[str | None] = mapped_column(String(160), default=None)
     launch_time: Mapped[datetime]
     # Set when the node is to go (deleted, its block's cutoff, its cluster deleted).
     shutdown_requested: Mapped[bool] = mapped_column(default=False)

@@ -72,7 +72,8 @@ def wait_cluster(
 
 
 def nodes(client: Any, name: str) -> list[dict[str, Any]]:
-    return list(client.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"])
+    pages = client.get_paginator("list_cluster_nodes").paginate(ClusterName=name)
+    return [node for page in pages for node in page["ClusterNodeSummaries"]]
 
 
 def wait_nodes(
@@ -288,3 +289,100 @@ def test_a_cluster_on_a_plan_follows_its_blocks(manual_server: DockyardServer) -
     assert nodes(client, "on-plan") == []  # nothing comes back after the last block
     client.delete_cluster(ClusterName="on-plan")
     wait_cluster(server, client, "on-plan", "Gone")
+
+
+def test_an_ultraserver_heals_from_its_spare_then_is_impaired(
+    manual_server: DockyardServer,
+) -> None:
+    server = manual_server
+    client = server.client()
+    d0 = tomorrow_at(6)
+    set_clock(server, d0)
+    offering = search(
+        client,
+        TargetResources=["hyperpod-cluster"],
+        UltraServerType="ml.u-p6e-gb200x72",
+        UltraServerCount=1,
+        DurationHours=24,
+        StartTimeAfter=at(d0, 0),
+    )[0]
+    plan_arn = client.create_training_plan(
+        TrainingPlanName="nvl72",
+        TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
+        SpareInstanceCountPerUltraServer=1,
+    )["TrainingPlanArn"]
+    start = offering["ReservedCapacityOfferings"][0]["StartTime"]
+    gb200 = "ml.p6e-gb200.36xlarge"
+    with pytest.raises(ClientError) as error:  # 18 instances, one a spare: 17 usable
+        client.create_cluster(
+            ClusterName="too-big", InstanceGroups=[group("g", 18, gb200, TrainingPlanArn=plan_arn)]
+        )
+    assert "17 usable instances" in error.value.response["Error"]["Message"]
+    client.create_cluster(
+        ClusterName="nvl", InstanceGroups=[group("gpus", 17, gb200, TrainingPlanArn=plan_arn)]
+    )
+    set_clock(server, start)
+    wait_cluster(server, client, "nvl", "InService", timeout=180)
+    running = wait_nodes(server, client, "nvl", ["Running"] * 17, timeout=180)
+    block_arn = client.describe_training_plan(TrainingPlanName="nvl72")[
+        "ReservedCapacitySummaries"
+    ][0]["ReservedCapacityArn"]
+
+    def ultraserver() -> dict[str, Any]:
+        servers = client.list_ultra_servers_by_reserved_capacity(ReservedCapacityArn=block_arn)
+        [only] = servers["UltraServers"]
+        return dict(only)
+
+    health = ultraserver()
+    assert (health["HealthStatus"], health["InUseInstanceCount"]) == ("OK", 17)
+    assert health["AvailableSpareInstanceCount"] == 1
+    # Each node knows where it sits: its UltraServer and its position in it.
+    positions = set()
+    for node in running:
+        assert node["UltraServerInfo"]["Type"] == "ml.u-p6e-gb200x72"
+        details = client.describe_cluster_node(ClusterName="nvl", NodeId=node["InstanceId"])
+        labels = details["NodeDetails"]["KubernetesConfig"]["CurrentLabels"]
+        assert labels["sagemaker.amazonaws.com/ultraserver-id"] == node["UltraServerInfo"]["Id"]
+        positions.add(int(labels["sagemaker.amazonaws.com/ultraserver-instance-position"]))
+    assert positions == set(range(1, 18))  # the 18th instance is the spare
+
+    # An instance fails: its node is replaced on the spare; the UltraServer has none left.
+    victim = next(n for n in running)
+    details = client.describe_cluster_node(ClusterName="nvl", NodeId=victim["InstanceId"])
+    failed = details["NodeDetails"]["KubernetesConfig"]["CurrentLabels"][
+        "sagemaker.amazonaws.com/fleet-instance-id"
+    ]
+    cli(server, "fleet", "fail", failed)
+    deadline = time.monotonic() + 180
+    while True:
+        found = nodes(client, "nvl")
+        ids = {n["InstanceId"] for n in found}
+        done = victim["InstanceId"] not in ids and len(found) == 17
+        if done and all(n["InstanceStatus"]["Status"] == "Running" for n in found):
+            break
+        assert time.monotonic() < deadline, found
+        settle(server)
+        time.sleep(0.2)
+    health = ultraserver()
+    assert (health["HealthStatus"], health["UnhealthyInstanceCount"]) == ("Impaired", 1)
+    assert health["AvailableSpareInstanceCount"] == 0 and health["InUseInstanceCount"] == 17
+    plan = client.describe_training_plan(TrainingPlanName="nvl72")
+    assert (plan["UnhealthyInstanceCount"], plan["AvailableSpareInstanceCount"]) == (1, 0)
+
+    # A second failure finds no spare: the group is one node short.
+    another = next(n for n in nodes(client, "nvl"))
+    details = client.describe_cluster_node(ClusterName="nvl", NodeId=another["InstanceId"])
+    cli(
+        server,
+        "fleet",
+        "fail",
+        details["NodeDetails"]["KubernetesConfig"]["CurrentLabels"][
+            "sagemaker.amazonaws.com/fleet-instance-id"
+        ],
+    )
+    wait_nodes(server, client, "nvl", ["Running"] * 16, timeout=180)
+    [gpus] = client.describe_cluster(ClusterName="nvl")["InstanceGroups"]
+    assert (gpus["CurrentCount"], gpus["TargetCount"]) == (16, 17)
+    assert ultraserver()["UnhealthyInstanceCount"] == 2
+    client.delete_cluster(ClusterName="nvl")
+    wait_cluster(server, client, "nvl", "Gone", timeout=180)

@@ -56,6 +56,8 @@ def upgrade() -> None:
         sa.Column("availability_zone", sa.String(length=32), nullable=False),
         sa.Column("pool_key", sa.String(length=200), nullable=False),
         sa.Column("block_id", sa.String(length=64), nullable=True),
+        sa.Column("fleet_instance_id", sa.String(length=160), nullable=True),
+        sa.Column("ultraserver_id", sa.String(length=160), nullable=True),
         sa.Column("launch_time", UTCDateTime(), nullable=False),
         sa.Column("shutdown_requested", sa.Boolean(), nullable=False),
         sa.ForeignKeyConstraint(
