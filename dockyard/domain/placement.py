@@ -5,7 +5,7 @@ warm pool its instances become (`warm_pools.placement`), as JSON; every reader g
 through `Placement.of` and every writer through `Placement.json`, so the shape has one
 home. On demand it names the capacity pool and AZ; on a training plan also the block
 whose lease holds the instances and when that block's working time ends (30 minutes
-before the block does).
+before the block does), and on an UltraServer the very instances it runs on.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ class Placement:
     az: str
     block: str | None = None
     work_ends: datetime | None = None
+    # On an UltraServer block, the fleet instances the job runs on (a failed one
+    # interrupts it; it resumes on healthy ones, a spare's among them).
+    instances: tuple[str, ...] = ()
 
     @property
     def on_plan(self) -> bool:
@@ -34,6 +37,8 @@ class Placement:
             data["block"] = self.block
         if self.work_ends is not None:
             data["work_ends"] = self.work_ends.isoformat()
+        if self.instances:
+            data["instances"] = list(self.instances)
         return data
 
     @classmethod
@@ -47,6 +52,7 @@ class Placement:
             az=str(data["az"]),
             block=str(data["block"]) if data.get("block") else None,
             work_ends=datetime.fromisoformat(str(ends)) if ends else None,
+            instances=tuple(str(i) for i in data.get("instances") or ()),
         )
 
     @classmethod

@@ -28,15 +28,14 @@ from dockyard.domain.clusters import (
     ClusterStatus,
     NodeStatus,
 )
-from dockyard.domain.instances import InstanceHealth
 from dockyard.domain.job_paths import s3_uri_problem
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.plans import PlanStatus
-from dockyard.services import buckets, capacity, plan_jobs
+from dockyard.services import buckets, capacity, plan_jobs, ultraserver_capacity
 from dockyard.services.errors import ResourceInUse, ResourceNotFound, ValidationException
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.scoped import owned
-from dockyard.store.tables import Cluster, ClusterNode, Instance, ReservedCapacity, TrainingPlan
+from dockyard.store.tables import Cluster, ClusterNode, Instance, TrainingPlan
 
 HYPERPOD_TARGET = "hyperpod-cluster"
 KEPT = ("InstanceGroups", "NodeRecovery", "Orchestrator", "VpcConfig")
@@ -548,9 +547,8 @@ def place_node(
         if current is None:
             return rules.plan_group_message([b for b, _ in blocks], now) or ""
         block_pool = next(key for block, key in blocks if block.id == current.id)
-        servers = _ultraservers_of(session, current.id)
-        if servers:
-            return _on_ultraserver(session, cluster, group, instance_id, current, servers, now)
+        if ultraserver_capacity.servers_of(session, current.id):
+            return _on_ultraserver(session, cluster, group, instance_id, current, now)
         used = plan_jobs.in_use(session, str(plan_arn)).get(current.id, 0)
         if used >= current.instance_count:
             return (
@@ -593,79 +591,40 @@ def place_node(
     )
 
 
-def _ultraservers_of(session: Session, block_id: str) -> list[str]:
-    """The UltraServers a block holds (none for a block of plain instances)."""
-    row = session.get(ReservedCapacity, block_id)
-    pools = (row.pools.get("pools") or []) if row is not None else []
-    return [str(key).removeprefix("us:") for key, _ in pools if str(key).startswith("us:")]
-
-
-def ultraserver_instances(session: Session, servers: list[str]) -> dict[str, list[Instance]]:
-    """Each UltraServer's instances, in their positions' order."""
-    found: dict[str, list[Instance]] = {server: [] for server in servers}
-    for instance in session.scalars(
-        select(Instance).where(Instance.ultraserver_id.in_(servers)).order_by(Instance.id)
-    ):
-        found[str(instance.ultraserver_id)].append(instance)
-    return found
-
-
 def _on_ultraserver(
     session: Session,
     cluster: Cluster,
     group: dict[str, Any],
     instance_id: str,
     block: Block,
-    servers: list[str],
     now: datetime,
 ) -> ClusterNode | str:
-    """A node on a healthy free instance of the block's UltraServers, filling one
-    UltraServer before the next (one NVLink domain), within its usable count: a failed
-    instance's node moves to a spare while the UltraServer has one."""
+    """A node on a healthy free instance of the block's UltraServers
+    (`ultraserver_capacity.pick`): a failed instance's node moves to a spare while
+    the UltraServer has one."""
     plan = session.scalar(
         select(TrainingPlan).where(TrainingPlan.arn == str(group["TrainingPlanArn"]))
     )
     spares = plan.spare_per_ultraserver if plan is not None else 0
-    on_block = list(session.scalars(select(ClusterNode).where(ClusterNode.block_id == block.id)))
-    taken = {n.fleet_instance_id for n in on_block}
-    for server, instances in ultraserver_instances(session, servers).items():
-        unhealthy = sum(1 for i in instances if i.health != InstanceHealth.HEALTHY.value)
-        live = sum(1 for n in on_block if n.ultraserver_id == server and not n.shutdown_requested)
-        if live >= ultraservers.usable(len(instances), spares, unhealthy):
-            continue
-        free = next(
-            (
-                i
-                for i in instances
-                if i.health == InstanceHealth.HEALTHY.value and i.id not in taken
-            ),
-            None,
+    chosen = ultraserver_capacity.pick(session, block.id, spares, 1)
+    if not chosen:
+        return (
+            "The training plan's UltraServers have no usable instance free: their failures "
+            "have used up the spares"
         )
-        if free is None:
-            continue
-        node = _new_node(
-            cluster, group, instance_id, free.pool_key, block.availability_zone, block.id, now
-        )
-        node.fleet_instance_id = free.id
-        node.ultraserver_id = server
-        return node
-    return (
-        "The training plan's UltraServers have no usable instance free: their failures "
-        "have used up the spares"
+    [free] = chosen
+    node = _new_node(
+        cluster, group, instance_id, free.pool_key, block.availability_zone, block.id, now
     )
+    node.fleet_instance_id = free.id
+    node.ultraserver_id = free.ultraserver_id
+    return node
 
 
 def failed_instances(session: Session, nodes: list[ClusterNode]) -> set[str]:
     """The fleet instances under these nodes that are no longer healthy."""
-    ids = [n.fleet_instance_id for n in nodes if n.fleet_instance_id]
-    if not ids:
-        return set()
-    return set(
-        session.scalars(
-            select(Instance.id).where(
-                Instance.id.in_(ids), Instance.health != InstanceHealth.HEALTHY.value
-            )
-        )
+    return ultraserver_capacity.failed(
+        session, {n.fleet_instance_id for n in nodes if n.fleet_instance_id}
     )
 
 

@@ -22,6 +22,7 @@ from dockyard.domain.placement import Placement
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.plans import PlanStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
+from dockyard.services import ultraserver_capacity
 from dockyard.services.errors import ValidationException
 from dockyard.store.scoped import owned
 from dockyard.store.tables import (
@@ -160,13 +161,32 @@ def place(session: Session, job: TrainingJob, now: datetime) -> Placement | str 
     free = target.instance_count - in_use(session, str(job.training_plan_arn)).get(target.id, 0)
     if earlier_waiting or free < wanted:
         return rules.waiting_message(target, now, max(free, 0), wanted)
+    chosen: tuple[str, ...] = ()
+    if ultraserver_capacity.servers_of(session, target.id):
+        # On UltraServers the job gets instances by id: healthy ones, within each
+        # UltraServer's usable count (failures use the spares up first).
+        picked = ultraserver_capacity.pick(
+            session, target.id, plan.spare_per_ultraserver, wanted, but=job.id
+        )
+        if picked is None:
+            return rules.waiting_message(target, now, 0, wanted)
+        chosen = tuple(instance.id for instance in picked)
     pools = rows[target.id].pools.get("pools") or []
     return Placement(
         pool=str(pools[0][0]) if pools else "",
         az=target.availability_zone,
         block=target.id,
         work_ends=target.work_ends,
+        instances=chosen,
     )
+
+
+def lost_instances(session: Session, job: TrainingJob) -> set[str]:
+    """Instances a running plan job was placed on that have failed since."""
+    placement = Placement.of_job(job.runtime)
+    if placement is None or not placement.instances:
+        return set()
+    return ultraserver_capacity.failed(session, set(placement.instances))
 
 
 def block_ending(job: TrainingJob, now: datetime) -> bool:

@@ -318,3 +318,77 @@ def test_wrong_plans_are_refused(manual_server: DockyardServer) -> None:
     with pytest.raises(ClientError) as error:
         theirs.create_training_job(**stepper(server, "wrong-account", plan_arn))
     assert "is not a training plan of this account" in error.value.response["Error"]["Message"]
+
+
+def _placed_instances(server: DockyardServer, name: str) -> list[str]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{server.data_dir / 'dockyard.db'}")
+    try:
+        with engine.connect() as connection:
+            runtime = connection.execute(
+                text("SELECT runtime FROM training_jobs WHERE name = :n"), {"n": name}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    runtime = json.loads(runtime) if isinstance(runtime, str) else runtime
+    return list((runtime.get("placement") or {}).get("instances") or [])
+
+
+def test_a_job_on_an_ultraserver_moves_to_the_spare_when_its_instance_fails(
+    manual_server: DockyardServer,
+) -> None:
+    """SPEC §3.6: a failed instance is replaced from the UltraServer's spares; the job
+    on it restarts from its checkpoints on healthy instances."""
+    server = manual_server
+    client = server.client()
+    client.create_training_job(**stepper(server, "reference", None))
+    assert wait_for(client, "reference", {"Completed", "Failed"})["TrainingJobStatus"] == (
+        "Completed"
+    )
+    expected = model_of(server, "reference")
+    d0 = tomorrow_at(6)
+    set_clock(server, d0)
+    offering = search(
+        client,
+        UltraServerType="ml.u-p6e-gb200x72",
+        UltraServerCount=1,
+        DurationHours=24,
+        StartTimeAfter=at(d0, 0),
+    )[0]
+    plan_arn = client.create_training_plan(
+        TrainingPlanName="nvl",
+        TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
+        SpareInstanceCountPerUltraServer=1,
+    )["TrainingPlanArn"]
+    request = stepper(server, "on-nvl", None, pause="0.1")
+    request["ResourceConfig"] = {
+        "InstanceType": "ml.p6e-gb200.36xlarge",
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "TrainingPlanArn": plan_arn,
+    }
+    client.create_training_job(**request)
+    set_clock(server, offering["ReservedCapacityOfferings"][0]["StartTime"])
+    wait_line(server, "on-nvl", "checkpoint 15")
+    [first] = _placed_instances(server, "on-nvl")
+    run_cli("fleet", "fail", first, "--endpoint-url", server.endpoint, data_dir=server.data_dir)
+    job = wait_for(client, "on-nvl", {"Completed", "Failed", "Stopped"}, timeout=120)
+    assert job["TrainingJobStatus"] == "Completed", job["SecondaryStatusTransitions"]
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert "Interrupted" in statuses and "Restarting" in statuses
+    interrupted = next(
+        t for t in job["SecondaryStatusTransitions"] if t["Status"] == "Interrupted"
+    )
+    assert "instance" in interrupted["StatusMessage"]
+    resumed = next(line for line in lines(server, "on-nvl") if line.startswith("restart 1"))
+    assert int(resumed.split()[-1]) >= 15
+    assert model_of(server, "on-nvl") == expected
+    [second] = _placed_instances(server, "on-nvl")
+    assert second != first  # the attempt that finished ran on another (healthy) instance
+    servers = client.list_ultra_servers_by_reserved_capacity(
+        ReservedCapacityArn=client.describe_training_plan(TrainingPlanName="nvl")[
+            "ReservedCapacitySummaries"
+        ][0]["ReservedCapacityArn"]
+    )["UltraServers"]
+    assert servers[0]["UnhealthyInstanceCount"] == 1

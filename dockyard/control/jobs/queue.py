@@ -37,7 +37,7 @@ from dockyard.clock import Clock, monotonic
 from dockyard.control.loop import seconds_until
 from dockyard.domain.jobs import JobStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
-from dockyard.services import capacity
+from dockyard.services import capacity, ultraserver_capacity
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob, WarmPool
 
@@ -70,6 +70,8 @@ class Following:
     # say (its plan block's end), or None.
     deadline: datetime | None = None
     look_at: float = 0.0  # monotonic: when its instances are looked at unprompted
+    # The fleet instances it runs on by id (on an UltraServer): stepped when one fails.
+    instances: tuple[str, ...] = ()
 
 
 class Prepared(NamedTuple):
@@ -185,6 +187,13 @@ class JobQueue:
             running = {row.id for row in rows}
             self._following = {k: v for k, v in self._following.items() if k in running}
             self._backoff = {k: v for k, v in self._backoff.items() if k in running}
+        # Fleet instances that failed under followed jobs (UltraServers; rare, and read
+        # only when some followed job runs on instances by id).
+        pinned = {i for f in self._following.values() for i in f.instances}
+        lost: set[str] = set()
+        if pinned:
+            with self.db.read_session() as session:
+                lost = ultraserver_capacity.failed(session, pinned)
         todo = []
         for row in rows:
             backoff = self._backoff.get(row.id)
@@ -194,6 +203,7 @@ class JobQueue:
             if (
                 followed is not None
                 and not row.stop_requested
+                and not lost.intersection(followed.instances)
                 and not self._needs_step(followed, woken, now, peek)
             ):
                 continue

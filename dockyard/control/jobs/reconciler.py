@@ -183,15 +183,19 @@ class JobsReconciler:
                 return capacity.WaitStamp.parse(job.waiting_for)
             runtime = dict(job.runtime)
             log.info("training job %s placed: %s", job.name, runtime["placement"])
-        elif (
-            job.training_plan_arn
-            and not runtime.get("interrupting")
-            and plan_jobs.block_ending(job, self.clock.now())
-        ):
-            # The block's last 30 minutes: stop the instances (checkpoints are
-            # saved as they stop) and wait for the plan's next block.
-            runtime["interrupting"] = plan_rules.INTERRUPTED
-            job.runtime = {**job.runtime, "interrupting": plan_rules.INTERRUPTED}
+        elif job.training_plan_arn and not runtime.get("interrupting"):
+            reason = None
+            if plan_jobs.block_ending(job, self.clock.now()):
+                # The block's last 30 minutes: stop the instances (checkpoints are
+                # saved as they stop) and wait for the plan's next block.
+                reason = plan_rules.INTERRUPTED
+            elif plan_jobs.lost_instances(session, job):
+                # An instance of its UltraServer failed: stop the others, and start
+                # again from the checkpoints on healthy instances (a spare's).
+                reason = plan_rules.INSTANCE_LOST
+            if reason is not None:
+                runtime["interrupting"] = reason
+                job.runtime = {**job.runtime, "interrupting": reason}
         specs = runtime.get("specs") or self.specs.for_job(job, runtime)
         if "specs" not in runtime:
             job.runtime = {**runtime, "specs": specs}
@@ -230,6 +234,7 @@ class JobsReconciler:
                 handles=tuple(handles),
                 seen=seen(states, alive),
                 deadline=placement.work_ends if placement else None,
+                instances=placement.instances if placement else (),
             )
 
     def _observe(
