@@ -386,3 +386,37 @@ def test_an_ultraserver_heals_from_its_spare_then_is_impaired(
     assert ultraserver()["UnhealthyInstanceCount"] == 2
     client.delete_cluster(ClusterName="nvl")
     wait_cluster(server, client, "nvl", "Gone", timeout=180)
+
+
+def _agent_pids(server: DockyardServer) -> set[int]:
+    pids = set()
+    for pid_file in (server.data_dir / "instances").glob("*-cluster-*/*/agent.pid"):
+        pids.add(int(pid_file.read_text()))
+    return pids
+
+
+def test_a_killed_server_finds_its_nodes_running(manual_server: DockyardServer) -> None:
+    """A server SIGKILLed and restarted adopts the nodes it had: the same agents, no
+    second launch, and the cluster still moves (it can be deleted)."""
+    server = manual_server
+    client = server.client()
+    client.create_cluster(ClusterName="kept", InstanceGroups=[group("workers", 2)])
+    wait_cluster(server, client, "kept", "InService")
+    before = {n["InstanceId"] for n in wait_nodes(server, client, "kept", ["Running"] * 2)}
+    agents = _agent_pids(server)
+    assert len(agents) == 2
+    server.kill()
+    server.start()
+    client = server.client()
+    settle(server)
+    after = wait_nodes(server, client, "kept", ["Running"] * 2)
+    assert {n["InstanceId"] for n in after} == before
+    assert _agent_pids(server) == agents  # adopted, not launched again
+    for pid in agents:
+        assert Path(f"/proc/{pid}").exists()
+    client.delete_cluster(ClusterName="kept")
+    wait_cluster(server, client, "kept", "Gone")
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in agents):
+        assert time.monotonic() < deadline, "the nodes' agents did not go"
+        time.sleep(0.1)
