@@ -420,3 +420,39 @@ def test_a_killed_server_finds_its_nodes_running(manual_server: DockyardServer) 
     while any(Path(f"/proc/{pid}").exists() for pid in agents):
         assert time.monotonic() < deadline, "the nodes' agents did not go"
         time.sleep(0.1)
+
+
+def test_node_recovery_replaces_a_dead_node_or_keeps_it_failed(
+    manual_server: DockyardServer,
+) -> None:
+    """A node whose instance dies is `Failure`; with NodeRecovery None it stays so, with
+    Automatic it is replaced (its OnCreate runs again on the new node)."""
+    import os
+    import signal
+
+    server = manual_server
+    client = server.client()
+    client.create_cluster(
+        ClusterName="fragile", InstanceGroups=[group("workers", 1)], NodeRecovery="None"
+    )
+    wait_cluster(server, client, "fragile", "InService")
+    [node] = wait_nodes(server, client, "fragile", ["Running"])
+    [pid_file] = (server.data_dir / "instances").glob(
+        f"*-cluster-*/{node['InstanceId']}/agent.pid"
+    )
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    [dead] = wait_nodes(server, client, "fragile", ["Failure"])
+    assert dead["InstanceId"] == node["InstanceId"]
+    assert "stopped unexpectedly" in dead["InstanceStatus"]["Message"]
+    settle(server)
+    assert [n["InstanceId"] for n in nodes(client, "fragile")] == [node["InstanceId"]]
+    group_view = client.describe_cluster(ClusterName="fragile")["InstanceGroups"][0]
+    assert group_view["Status"] == "Degraded"
+
+    client.update_cluster(
+        ClusterName="fragile", InstanceGroups=[group("workers", 1)], NodeRecovery="Automatic"
+    )
+    [fresh] = wait_nodes(server, client, "fragile", ["Running"])
+    assert fresh["InstanceId"] != node["InstanceId"]
+    assert any(line.startswith("on-create ran") for line in node_log(server, fresh["InstanceId"]))
+    wait_cluster(server, client, "fragile", "InService")
