@@ -234,7 +234,8 @@ def test_bad_requests_and_nodes_that_are_not_up(manual_server: DockyardServer) -
     )
     assert (status, answer["__type"]) == (400, "ValidationException")
     assert "is Pending" in answer["message"]
-    root = next((server.data_dir / "instances").glob(f"*-{pending['InstanceId']}/*"))
+    instance_id = pending["InstanceId"]
+    root = next((server.data_dir / "instances").glob(f"*-{instance_id}/{instance_id}"))
     (root / "opt" / "ml" / "go").touch()
     wait_nodes(server, client, "slow", ["Running"])
     assert run_on(server, "slow", pending["InstanceId"], "hostname")[0] == 0
