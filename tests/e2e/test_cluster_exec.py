@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -236,6 +237,11 @@ def test_bad_requests_and_nodes_that_are_not_up(manual_server: DockyardServer) -
     assert "is Pending" in answer["message"]
     instance_id = pending["InstanceId"]
     root = next((server.data_dir / "instances").glob(f"*-{instance_id}/{instance_id}"))
+    # Once its OnCreate runs (its tree laid out), it may go on.
+    deadline = time.monotonic() + 60
+    while not (root / "opt/ml/input/data/lifecycle/waits.sh").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     (root / "opt" / "ml" / "go").touch()
     wait_nodes(server, client, "slow", ["Running"])
     assert run_on(server, "slow", pending["InstanceId"], "hostname")[0] == 0
@@ -266,7 +272,6 @@ def test_the_cli(manual_server: DockyardServer) -> None:
 
 def test_a_node_that_goes_ends_its_commands(manual_server: DockyardServer) -> None:
     import threading
-    import time
 
     server = manual_server
     node = up(server)
