@@ -151,6 +151,7 @@ def build(settings: Settings) -> Server:
         plans=plans,
         control=control,
         calendars=calendars,
+        backend=backend,
     )
     gateway = None
     if not settings.s3_endpoint_url:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from dockyard.api import cluster_exec
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher
 from dockyard.api.metrics import ApiMetrics
@@ -48,6 +49,10 @@ def create_app(state: ServerState) -> Starlette:
     dispatcher = Dispatcher(state)
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
     metrics = ApiMetrics()
+    node_commands = cluster_exec.NodeCommands(state, dispatcher.keys)
+    # A command holds its thread until it ends: threads of their own, so a few long
+    # ones never starve the API's.
+    exec_executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="dockyard-exec")
 
     async def api(request: Request) -> Response:
         started = monotonic()
@@ -79,6 +84,35 @@ def create_app(state: ServerState) -> Starlette:
             )
         metrics.observe(result.operation, result.code, monotonic() - started)
         return Response(result.body, result.status, headers=result.headers)
+
+    async def node_exec(request: Request) -> Response:
+        started = monotonic()
+        body = await _read_body(request, cluster_exec.MAX_BODY_BYTES)
+        if body is None:
+            return JSONResponse(
+                {
+                    "__type": "SerializationException",
+                    "message": f"Request body is over {cluster_exec.MAX_BODY_BYTES} bytes",
+                },
+                413,
+                headers={"connection": "close"},
+            )
+        scope = request.scope
+        status, answer, request_id = await asyncio.get_running_loop().run_in_executor(
+            exec_executor,
+            node_commands.handle,
+            request.method,
+            scope.get("raw_path", b"/").decode("latin-1"),
+            scope.get("query_string", b"").decode("latin-1"),
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
+            body,
+        )
+        code = str(answer.get("__type", "OK"))
+        metrics.observe("dockyard.ExecClusterNode", code, monotonic() - started)
+        headers = {"x-amzn-requestid": request_id}
+        if status >= 400:
+            headers["x-amzn-errortype"] = code
+        return JSONResponse(answer, status, headers=headers)
 
     async def s3(request: Request) -> Response:
         if state.s3 is None:
@@ -122,6 +156,7 @@ def create_app(state: ServerState) -> Starlette:
         finally:
             state.control.stop()
             executor.shutdown(wait=False)
+            exec_executor.shutdown(wait=False)
             close = getattr(state.s3, "close", None)
             if close is not None:
                 await close()
@@ -135,6 +170,7 @@ def create_app(state: ServerState) -> Starlette:
             Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),
             Route("/_dockyard/fleet", fleet_endpoint, methods=["GET"]),
             Route("/_dockyard/fleet/health", fleet_health_endpoint, methods=["POST"]),
+            Route(cluster_exec.PATH, node_exec, methods=["POST"]),
             Route("/_dockyard/quotas/requests", quota_requests_endpoint, methods=["GET"]),
             Route(
                 "/_dockyard/quotas/requests/{request_id}",

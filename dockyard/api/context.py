@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.loop import ControlLoop
 from dockyard.secretbox import SecretBox
@@ -35,6 +36,8 @@ class ServerState:
     s3_store: BucketStore | None = None
     # The capacity calendar in memory for offering searches (services.capacity).
     calendars: CalendarCache = field(default_factory=CalendarCache)
+    # Where instances run: a cluster node's commands are handed to its agent through it.
+    backend: Backend | None = None
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ Region = Annotated[
 DEFAULT_REGION = "us-east-1"
 
 
-def sagemaker(endpoint_url: str, data_dir: Path, region: str) -> Any:
-    """A SageMaker client for dockyard: AWS credentials from the environment or profile if
-    set, else the development credentials in the data dir."""
+def _session(data_dir: Path, region: str) -> Any:
+    """A boto3 session: AWS credentials from the environment or profile if set, else the
+    development credentials in the data dir."""
     credentials = Path(data_dir) / "credentials"
     explicit = any(
         os.environ.get(name)
@@ -31,7 +31,12 @@ def sagemaker(endpoint_url: str, data_dir: Path, region: str) -> Any:
         os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(credentials.resolve())
     import boto3  # here: `dockyard serve` needs none of it
 
-    session = boto3.session.Session(region_name=region)
+    return boto3.session.Session(region_name=region)
+
+
+def sagemaker(endpoint_url: str, data_dir: Path, region: str) -> Any:
+    """A SageMaker client for dockyard, with `_session`'s credentials."""
+    session = _session(data_dir, region)
     return session.client(
         "sagemaker",
         endpoint_url=endpoint_url,
@@ -48,3 +53,45 @@ def call(method: Any, **kwargs: Any) -> Any:
         raise fail(f"{error.get('Code')}: {error.get('Message')}") from exc
     except BotoCoreError as exc:
         raise fail(str(exc)) from exc
+
+
+def signed_post(
+    endpoint_url: str,
+    data_dir: Path,
+    region: str,
+    path: str,
+    body: dict[str, Any],
+    timeout: float = 3700,
+) -> tuple[int, dict[str, Any]]:
+    """POST JSON to one of dockyard's own endpoints (`/_dockyard/...`), signed with SigV4
+    (service `sagemaker`) as a SageMaker client signs; answer (status, JSON answer)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    credentials = _session(data_dir, region).get_credentials()
+    if credentials is None:
+        raise fail("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass --data-dir")
+    data = json.dumps(body).encode()
+    url = endpoint_url.rstrip("/") + path
+    request = AWSRequest(
+        method="POST", url=url, data=data, headers={"Content-Type": "application/json"}
+    )
+    SigV4Auth(credentials.get_frozen_credentials(), "sagemaker", region).add_auth(request)
+    prepared = urllib.request.Request(
+        url, data=data, method="POST", headers=dict(request.prepare().headers)
+    )
+    try:
+        with urllib.request.urlopen(prepared, timeout=timeout) as response:
+            return response.status, dict(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        try:
+            answer = dict(json.loads(exc.read()))
+        except ValueError:
+            answer = {"__type": f"HTTP {exc.code}", "message": str(exc)}
+        return exc.code, answer
+    except urllib.error.URLError as exc:
+        raise fail(f"cannot reach dockyard at {endpoint_url}: {exc.reason}") from exc

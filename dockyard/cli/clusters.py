@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from dockyard.cli.client import DEFAULT_REGION, Region, call, sagemaker
-from dockyard.cli.common import DEFAULT_DATA, DEFAULT_ENDPOINT, DataDir, EndpointUrl, console
+from dockyard.cli.client import DEFAULT_REGION, Region, call, sagemaker, signed_post
+from dockyard.cli.common import (
+    DEFAULT_DATA,
+    DEFAULT_ENDPOINT,
+    DataDir,
+    EndpointUrl,
+    console,
+    err_console,
+    fail,
+)
 from dockyard.cli.plans import _server_now, _when, timeline
 
 app = typer.Typer(help="HyperPod clusters: long-lived nodes on demand or on training plans.")
@@ -107,3 +119,114 @@ def nodes(
     """List a cluster's nodes."""
     client = sagemaker(endpoint_url, data_dir, region)
     _print_nodes(_nodes(client, name))
+
+
+# -- getting onto a node -----------------------------------------------------------------
+
+EXEC_PATH = "/_dockyard/clusters/exec"
+
+
+def _run_on_node(
+    endpoint_url: str,
+    data_dir: Path,
+    region: str,
+    cluster: str,
+    node: str,
+    argv: list[str],
+    *,
+    stdin: bytes = b"",
+    timeout: float,
+    cwd: str | None = None,
+) -> tuple[int, bytes, bool]:
+    body: dict[str, Any] = {
+        "ClusterName": cluster,
+        "NodeId": node,
+        "Command": argv,
+        "Stdin": base64.b64encode(stdin).decode(),
+        "TimeoutSeconds": timeout,
+    }
+    if cwd is not None:
+        body["WorkingDirectory"] = cwd
+    status, answer = signed_post(
+        endpoint_url, data_dir, region, EXEC_PATH, body, timeout=timeout + 60
+    )
+    if status != 200:
+        raise fail(f"{answer.get('__type')}: {answer.get('message')}")
+    output = base64.b64decode(str(answer.get("Output") or ""))
+    return int(answer["ExitCode"]), output, bool(answer.get("OutputTruncated"))
+
+
+@app.command("exec")
+def exec_command(
+    cluster: Annotated[str, typer.Argument(help="The cluster's name or ARN.")],
+    node: Annotated[str, typer.Argument(help="The node's instance id (i-...).")],
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments.")],
+    stdin: bool = typer.Option(
+        False, "--stdin", "-i", help="Send this command's stdin to the command (at most 1 MiB)."
+    ),
+    timeout: float = typer.Option(300, "--timeout", help="Seconds before it is killed."),
+    endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
+    data_dir: DataDir = DEFAULT_DATA,
+    region: Region = DEFAULT_REGION,
+) -> None:
+    """Run a command on a Running node, in its sandbox; exit with the command's status."""
+    data = sys.stdin.buffer.read() if stdin else b""
+    code, output, truncated = _run_on_node(
+        endpoint_url, data_dir, region, cluster, node, command, stdin=data, timeout=timeout
+    )
+    sys.stdout.buffer.write(output)
+    sys.stdout.buffer.flush()
+    if truncated:
+        err_console.print("[yellow]output cut at 1 MiB[/yellow]")
+    raise typer.Exit(code)
+
+
+@app.command()
+def shell(
+    cluster: str = typer.Argument(help="The cluster's name or ARN."),
+    node: str = typer.Argument(help="The node's instance id (i-...)."),
+    timeout: float = typer.Option(3600, "--timeout", help="Seconds each line may run."),
+    endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
+    data_dir: DataDir = DEFAULT_DATA,
+    region: Region = DEFAULT_REGION,
+) -> None:
+    """A shell on a Running node, a line at a time (each line is `sh -c` in a fresh
+    sandbox of the node; the working directory and `$?` carry over, nothing else does:
+    no variables, no background jobs, no terminal). `exit` or end-of-file leaves."""
+    marker = f"__dockyard_{secrets.token_hex(8)}__"
+    # What follows each line: its status and where it left the shell, after a marker
+    # the line's own output cannot guess. A line that exits the shell never gets here.
+    trailer = f'\n__dockyard_status=$?; printf "\\n{marker}%s %s" "$__dockyard_status" "$PWD"'
+    interactive = sys.stdin.isatty()
+    cwd: str | None = None
+    code = 0
+    while True:
+        if interactive:
+            err_console.print(f"{node}:{cwd or '~'}$ ", end="", markup=False, highlight=False)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if not line.strip():
+            continue
+        status, output, _ = _run_on_node(
+            endpoint_url,
+            data_dir,
+            region,
+            cluster,
+            node,
+            # `$?` is the last line's, as in a shell.
+            ["/bin/sh", "-c", f"(exit {code})\n" + line.rstrip("\n") + trailer],
+            timeout=timeout,
+            cwd=cwd,
+        )
+        shown, found, rest = output.rpartition(f"\n{marker}".encode())
+        if not found:  # the line ended the shell (`exit`): so does the session
+            sys.stdout.buffer.write(output)
+            sys.stdout.buffer.flush()
+            raise typer.Exit(status)
+        sys.stdout.buffer.write(shown)
+        sys.stdout.buffer.flush()
+        code_text, _, where = rest.decode(errors="replace").partition(" ")
+        code = int(code_text) if code_text.isdigit() else status
+        cwd = where or cwd
+    raise typer.Exit(code)

@@ -6,7 +6,8 @@ local backend - forked, as that command would run, by the backend's fork server
 restart of the server, so it never talks to the server: everything goes through files
 in ROOT.
 
-In:  `job.json` (a `JobSpec`); `stop` (created to ask for a stop; SIGTERM does the same).
+In:  `job.json` (a `JobSpec`); `stop` (created to ask for a stop; SIGTERM does the same);
+     for a running cluster node, commands to run in its sandbox (`exec/`, see `agent_exec`).
 Out: `agent.pid`; `state.json` (replaced atomically on every change, see `State`);
      `logs/output.jsonl` (one `{"t": epoch_ms, "m": line}` per line the job prints)
      with its index `logs/output.idx` (see `log_index`); `logs/metrics.json` (the latest
@@ -50,6 +51,7 @@ from dockyard.compute import wake
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
 from dockyard.compute.agent_deps import install_requirements
 from dockyard.compute.agent_env import Layout, job_command, write_config
+from dockyard.compute.agent_exec import NodeExec
 from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_forks import FORK_SERVER_FLAG
 from dockyard.compute.agent_forks import serve as serve_forks
@@ -67,8 +69,7 @@ POLL_SECONDS = 0.1
 # An idle warm-pool agent is woken through its FIFO; this is only the fallback.
 IDLE_POLL_SECONDS = 1.0
 MAX_REASON = 1024
-# How often an idle node looks for a stop (SIGTERM, which is how it is asked, is seen
-# at once: it interrupts the sleep).
+# How often a running node looks for a stop (a command sent to it wakes it at once).
 NODE_POLL_SECONDS = 0.5
 # Long enough for any line a person would read; longer ones are split, not lost.
 MAX_LINE_BYTES = 64 * 1024
@@ -329,9 +330,16 @@ class Agent:
                 exit_code=outcome.get("exit_code"),
                 failure_reason=f"The lifecycle script (OnCreate) failed: {reason}",
             )
+        # Up: commands sent to the node (`dockyard clusters exec|shell`) run in sandboxes
+        # of its confinement, each in a thread of its own, while this loop looks for a stop.
+        assert self.spec is not None and self.confinement is not None
+        commands = NodeExec(self.layout, self.confinement, self.spec)
         self.state.update(phase="running", pid=None, exit_code=0, ready_at=_iso_now())
-        while not self.stop_requested():
-            time.sleep(NODE_POLL_SECONDS)
+        try:
+            while not self.stop_requested():
+                commands.wait(NODE_POLL_SECONDS)
+        finally:
+            commands.close()
         return self._finish("stopped", stop_reason="stop")
 
     def _confine(self, spec: JobSpec) -> Confinement:

@@ -229,6 +229,7 @@ class Confinement:
         install: bool = False,
         uv_cache: Path | None = None,
         exec_only: bool = False,
+        boot: str = BOOT,
     ) -> Zygote:
         """Start an interpreter (`python`, as the sandbox sees it) waiting for a job.
 
@@ -237,12 +238,13 @@ class Confinement:
         One that will only `exec` a command (`exec_only`: a cold start of anything but
         `python SCRIPT`; an install) starts without `site`: nothing of an interpreter's
         own start outlives an exec, and site's imports cost more than the rest of it.
+        `boot` is what it runs: `BOOT`, or a cluster node's command runner (`agent_exec`).
         """
         bare = exec_only or install
         info = os.pipe() if self.sandbox is not None else None
         try:
             command = self._command(
-                [python, "-S", "-c", BOOT] if bare else [python, "-c", BOOT],
+                [python, "-S", "-c", boot] if bare else [python, "-c", boot],
                 python,
                 install=install,
                 uv_cache=uv_cache,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from dockyard.compute.agent_exec import ExecRequest
+
 
 class Backend(Protocol):
     def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
@@ -41,4 +43,17 @@ class Backend(Protocol):
 
     def alive(self, handle: str) -> bool:
         """Whether the instance's agent is still running."""
+        ...
+
+    def exec_start(self, handle: str, request: ExecRequest) -> str:
+        """Hand a command to a running cluster node; answer its id for `exec_result`."""
+        ...
+
+    def exec_result(self, handle: str, exec_id: str) -> dict[str, Any] | None:
+        """The command's {"exit_code", "output" (bytes), "truncated"}, or None while it
+        runs (call again)."""
+        ...
+
+    def exec_cancel(self, handle: str, exec_id: str) -> None:
+        """Forget a command the caller gave up on, if the node has not taken it yet."""
         ...

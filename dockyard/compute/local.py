@@ -19,10 +19,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from dockyard.clock import monotonic
+from dockyard.compute import agent_exec
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
@@ -299,3 +301,17 @@ class LocalBackend:
 
     def _started(self, handle: str) -> bool:
         return handle in self._children or handle in self._forked
+
+    # -- commands on a cluster's node (agent_exec) ---------------------------------------
+
+    def exec_start(self, handle: str, request: agent_exec.ExecRequest) -> str:
+        exec_id = uuid.uuid4().hex
+        agent_exec.write_request(Path(handle), exec_id, request)
+        _wake(Path(handle))
+        return exec_id
+
+    def exec_result(self, handle: str, exec_id: str) -> dict[str, Any] | None:
+        return agent_exec.read_result(Path(handle), exec_id)
+
+    def exec_cancel(self, handle: str, exec_id: str) -> None:
+        agent_exec.cancel(Path(handle), exec_id)

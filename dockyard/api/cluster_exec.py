@@ -1,0 +1,147 @@
+"""`POST /_dockyard/clusters/exec`: run a command on a cluster's node (dockyard's own
+endpoint, what SSM's StartSession is on AWS; `dockyard clusters exec|shell` call it).
+
+Authenticated exactly as the JSON API: a SigV4 signature (service `sagemaker`) by one
+of dockyard's access keys, whose account is the only one whose clusters it finds, and
+whose policy, if it has one, must allow `ssm:StartSession` on the cluster's ARN.
+
+Request (JSON): {"ClusterName", "NodeId", "Command": [argv], "Stdin": base64,
+"TimeoutSeconds", "WorkingDirectory"}. Answer: {"ExitCode", "Output": base64 of the
+command's stdout and stderr, "OutputTruncated"}; an error is {"__type", "message"}
+with an AWS-style code, as the JSON API's are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from dockyard.api import sigv4
+from dockyard.api.authorise import authorise
+from dockyard.api.context import ServerState
+from dockyard.api.keys import KeyCache
+from dockyard.clock import wall_now
+from dockyard.services import cluster_exec
+from dockyard.services.errors import ServiceError
+
+log = logging.getLogger("dockyard.api")
+
+PATH = "/_dockyard/clusters/exec"
+# The command's stdin (1 MiB) as base64, and the rest of the request.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+SIGNING_SERVICE = "sagemaker"
+
+
+class Refused(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class NodeCommands:
+    def __init__(self, state: ServerState, keys: KeyCache) -> None:
+        self.state = state
+        self.keys = keys
+        self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
+
+    def handle(
+        self,
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> tuple[int, dict[str, Any], str]:
+        """(status, JSON answer, request id); never raises."""
+        request_id = str(uuid.uuid4())
+        try:
+            return 200, self._run(method, raw_path, query_string, headers, body), request_id
+        except sigv4.AuthError as exc:
+            return exc.status, _error(exc.code, exc.message), request_id
+        except Refused as exc:
+            return exc.status, _error(exc.code, exc.message), request_id
+        except ServiceError as exc:
+            return exc.status, _error(exc.code, exc.message), request_id
+        except Exception:
+            log.exception("internal error serving %s (request %s)", PATH, request_id)
+            message = (
+                f"dockyard failed to process the request; the server log has request id "
+                f"{request_id}"
+            )
+            return 500, _error("InternalFailure", message), request_id
+
+    def _run(
+        self,
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> dict[str, Any]:
+        records: list[Any] = []
+
+        def secret_for(access_key_id: str) -> str | None:
+            record = self.keys.get(access_key_id)
+            if record is None:
+                return None
+            records.append(record)
+            return record.secret_access_key
+
+        signed = sigv4.verify(
+            method=method,
+            raw_path=raw_path,
+            query_string=query_string,
+            headers=headers,
+            body=body,
+            secret_for=secret_for,
+            now=wall_now(),
+            max_skew=self.max_skew,
+        )
+        if signed.service != SIGNING_SERVICE:
+            raise Refused(
+                "InvalidSignatureException",
+                f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.",
+                403,
+            )
+        key = records[0]
+        try:
+            params = json.loads(body) if body.strip() else {}
+        except (ValueError, RecursionError) as exc:
+            raise Refused(
+                "SerializationException", f"The request body is not valid JSON: {exc}"
+            ) from exc
+        if not isinstance(params, dict):
+            raise Refused("SerializationException", "The request body must be a JSON object")
+        backend = self.state.backend
+        if backend is None:
+            raise Refused("NotImplementedException", "This server runs no cluster nodes", 501)
+        request = cluster_exec.command_from(params)
+        with self.state.db.read_session() as session:
+            target = cluster_exec.locate(
+                session,
+                backend,
+                key.account_id,
+                signed.region,
+                params.get("ClusterName"),
+                params.get("NodeId"),
+            )
+        authorise(
+            key.policy,
+            "ssm",
+            "StartSession",
+            signed.region,
+            key.account_id,
+            {"ResourceArn": target.cluster_arn},
+            access_key_id=key.access_key_id,
+        )
+        return cluster_exec.run(backend, target, request)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"__type": code, "message": message}

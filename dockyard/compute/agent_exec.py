@@ -1,0 +1,342 @@
+"""Commands run on a cluster's node from outside it: `dockyard clusters exec|shell`.
+
+HyperPod reaches a node through SSM (`aws ssm start-session`); dockyard reaches it
+through its agent, which is the only thing that may start code in the node's
+sandbox. The protocol is files in the node's root, as for everything else the agent
+and the control plane say to each other (the agent never talks to the server):
+
+In:  `exec/in/<id>.json`, written atomically by the server: {"argv": [...],
+     "stdin": base64, "timeout": seconds, "cwd": a directory of the node or null}.
+Out: `exec/out/<id>.json`, written atomically by the agent: {"exit_code": n,
+     "output": base64 of stdout and stderr as they interleaved, "truncated": bool}.
+
+A byte on the node's `wake` FIFO makes the agent look at once. Each command runs in a
+fresh sandbox of the node's confinement - the node's uid, host name, network
+namespace, cgroup and `/opt/ml`, never root - and is killed at its timeout or when the
+node stops. `NodeExec` is the agent's side; `write_request`/`read_result` the
+server's (through the backend).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import os
+import re
+import select
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dockyard.clock import monotonic, wall_now
+from dockyard.compute.agent_env import Layout
+from dockyard.compute.agent_sandbox import Confinement, ConfinementError
+from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.agent_zygote import Zygote
+
+# What one command may bring back (more is cut, and says so) and take in.
+MAX_OUTPUT_BYTES = 1024 * 1024
+MAX_STDIN_BYTES = 1024 * 1024
+MAX_TIMEOUT_SECONDS = 3600.0
+# Commands running on one node at once; more wait their turn in exec/in.
+MAX_RUNNING = 8
+# Results nobody fetched (the caller gave up) are removed after this long.
+STALE_RESULT_SECONDS = 3600.0
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+# Runs in the sandbox (as the node's user, `python -S -c`): reads one JSON line from
+# stdin byte by byte, so that nothing after it is consumed - the rest of stdin is the
+# command's - then becomes the command.
+EXEC_BOOT = """\
+import json, os
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("500")
+except OSError:
+    pass
+line = b""
+while not line.endswith(b"\\n"):
+    c = os.read(0, 1)
+    if not c:
+        raise SystemExit(0)
+    line += c
+job = json.loads(line)
+for where in (job["cwd"], job["env"].get("HOME", "/"), "/"):
+    try:
+        os.chdir(where)
+        break
+    except OSError:
+        if where == job["cwd"]:
+            os.write(2, f"dockyard: cannot cd to {where}\\n".encode())
+try:
+    os.execvpe(job["argv"][0], job["argv"], job["env"])
+except OSError as exc:
+    os.write(2, f"dockyard: cannot run {job['argv'][0]}: {exc.strerror}\\n".encode())
+    os._exit(127)
+"""
+
+
+def requests_dir(root: Path) -> Path:
+    return root / "exec" / "in"
+
+
+def results_dir(root: Path) -> Path:
+    return root / "exec" / "out"
+
+
+@dataclass
+class ExecRequest:
+    argv: list[str]
+    stdin: bytes = b""
+    timeout: float = 300.0
+    cwd: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "argv": self.argv,
+                "stdin": base64.b64encode(self.stdin).decode(),
+                "timeout": self.timeout,
+                "cwd": self.cwd,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ExecRequest:
+        data = json.loads(text)
+        argv = data.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("argv must be a non-empty list of strings")
+        stdin = base64.b64decode(str(data.get("stdin") or ""), validate=True)
+        timeout = float(data.get("timeout") or 300.0)
+        cwd = data.get("cwd")
+        return cls(
+            argv=argv,
+            stdin=stdin[:MAX_STDIN_BYTES],
+            timeout=min(max(timeout, 1.0), MAX_TIMEOUT_SECONDS),
+            cwd=cwd if isinstance(cwd, str) and cwd.startswith("/") else None,
+        )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+# -- the server's side (through the backend) -------------------------------------------
+
+
+def write_request(root: Path, exec_id: str, request: ExecRequest) -> None:
+    if not _ID.match(exec_id):
+        raise ValueError(f"not an exec id: {exec_id!r}")
+    directory = requests_dir(root)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_atomically(directory / f"{exec_id}.json", request.to_json())
+
+
+def read_result(root: Path, exec_id: str) -> dict[str, Any] | None:
+    """The command's result once it has one (its file is removed), else None."""
+    if not _ID.match(exec_id):
+        raise ValueError(f"not an exec id: {exec_id!r}")
+    path = results_dir(root) / f"{exec_id}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    try:
+        output = base64.b64decode(str(data.get("output") or ""))
+    except (binascii.Error, ValueError):
+        output = b""
+    return {
+        "exit_code": int(data.get("exit_code", 1)),
+        "output": output,
+        "truncated": bool(data.get("truncated")),
+    }
+
+
+def cancel(root: Path, exec_id: str) -> None:
+    """A request the caller gave up on before the agent took it."""
+    if _ID.match(exec_id):
+        (requests_dir(root) / f"{exec_id}.json").unlink(missing_ok=True)
+
+
+# -- the agent's side -------------------------------------------------------------------
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+class NodeExec:
+    """Runs the commands sent to a running node, each in a thread of its own, so the
+    node's loop keeps answering stops."""
+
+    def __init__(self, layout: Layout, confinement: Confinement, spec: JobSpec) -> None:
+        self.layout = layout
+        self.confinement = confinement
+        self.spec = spec
+        self.inbox = requests_dir(layout.root)
+        self.outbox = results_dir(layout.root)
+        for directory in (self.inbox.parent, self.inbox, self.outbox):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._running: dict[str, threading.Thread] = {}
+        self._zygotes: dict[str, Zygote] = {}
+        self._closing = False
+        fifo = layout.wake_fifo
+        if not fifo.exists():
+            os.mkfifo(fifo, 0o600)
+        # Read-write, so the FIFO always has a writer: select() sleeps until a byte comes.
+        self._fifo = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        self._swept = monotonic()
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until woken or `timeout`, then start what was asked for."""
+        readable, _, _ = select.select([self._fifo], [], [], timeout)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._fifo, 4096)
+        self.take()
+
+    def take(self) -> None:
+        with self._lock:
+            for finished in [k for k, t in self._running.items() if not t.is_alive()]:
+                del self._running[finished]
+            room = MAX_RUNNING - len(self._running)
+            if self._closing or room <= 0:
+                return
+        try:
+            names = sorted(os.listdir(self.inbox))
+        except OSError:
+            return
+        for name in names:
+            exec_id = name.removesuffix(".json")
+            if not name.endswith(".json") or not _ID.match(exec_id) or room <= 0:
+                continue
+            path = self.inbox / name
+            try:
+                text = path.read_text()
+                path.unlink()
+            except OSError:
+                continue
+            thread = threading.Thread(target=self._serve, args=(exec_id, text), daemon=True)
+            with self._lock:
+                self._running[exec_id] = thread
+            thread.start()
+            room -= 1
+        if monotonic() - self._swept > 60:
+            self._swept = monotonic()
+            self._sweep()
+
+    def _sweep(self) -> None:
+        now = wall_now().timestamp()
+        for path in self.outbox.glob("*.json"):
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > STALE_RESULT_SECONDS:
+                    path.unlink()
+
+    def close(self) -> None:
+        """The node is going: every command still running is killed."""
+        with self._lock:
+            self._closing = True
+            zygotes = list(self._zygotes.values())
+            threads = list(self._running.values())
+        for zygote in zygotes:
+            zygote.end()
+        for thread in threads:
+            thread.join(timeout=10)
+        os.close(self._fifo)
+
+    def _serve(self, exec_id: str, text: str) -> None:
+        try:
+            request = ExecRequest.from_json(text)
+        except (ValueError, TypeError, binascii.Error) as exc:
+            self._answer(exec_id, 2, f"dockyard: unusable exec request: {exc}\n".encode())
+            return
+        try:
+            code, output, truncated = self._run(exec_id, request)
+        except (OSError, ConfinementError) as exc:
+            self._answer(exec_id, 126, f"dockyard: the node's sandbox failed: {exc}\n".encode())
+            return
+        self._answer(exec_id, code, output, truncated)
+
+    def _answer(self, exec_id: str, code: int, output: bytes, truncated: bool = False) -> None:
+        result = {
+            "exit_code": code,
+            "output": base64.b64encode(output).decode(),
+            "truncated": truncated,
+        }
+        _write_atomically(self.outbox / f"{exec_id}.json", json.dumps(result))
+
+    def _run(self, exec_id: str, request: ExecRequest) -> tuple[int, bytes, bool]:
+        confinement = self.confinement
+        python = confinement.inside(self.spec.python)
+        env = confinement.job_env(self.spec)
+        cwd = request.cwd or env.get("HOME") or "/"
+        with self._lock:
+            if self._closing:
+                return 137, b"dockyard: the node is stopping\n", False
+        zygote = confinement.park(python, exec_only=True, boot=EXEC_BOOT)
+        with self._lock:
+            self._zygotes[exec_id] = zygote
+        try:
+            return self._drive(zygote, request, env, cwd)
+        finally:
+            with self._lock:
+                self._zygotes.pop(exec_id, None)
+
+    def _drive(
+        self, zygote: Zygote, request: ExecRequest, env: dict[str, str], cwd: str
+    ) -> tuple[int, bytes, bool]:
+        process = zygote.process
+        assert process.stdin is not None and process.stdout is not None
+        message = json.dumps({"argv": request.argv, "env": env, "cwd": cwd}).encode() + b"\n"
+        stdin, process.stdin = process.stdin, None
+
+        def feed() -> None:
+            # A command that never reads its stdin must not hold the rest up.
+            with contextlib.suppress(OSError, ValueError):
+                stdin.write(message + request.stdin)
+            with contextlib.suppress(OSError, ValueError):
+                stdin.close()
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        output = bytearray()
+        truncated = False
+        timed_out = False
+        deadline = monotonic() + request.timeout
+        fd = process.stdout.fileno()
+        while True:
+            left = deadline - monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            readable, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if not readable:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            room = MAX_OUTPUT_BYTES - len(output)
+            if len(chunk) > room:
+                truncated = True
+            output += chunk[: max(room, 0)]
+        code = _exit_code(zygote.end())
+        with contextlib.suppress(OSError):
+            process.stdout.close()
+        writer.join(timeout=5)
+        if timed_out:
+            output += f"\ndockyard: timed out after {request.timeout:g} seconds\n".encode()
+            return 124, bytes(output), truncated
+        with self._lock:
+            if self._closing:
+                return 137, bytes(output) + b"\ndockyard: the node stopped\n", truncated
+        return code, bytes(output), truncated
