@@ -10,6 +10,9 @@ what it returns. As on CloudWatch, a page holds at most 10,000 events and 1 MB, 
 FilterLogEvents call searches a bounded amount (8 MB of lines) before it answers with
 what it found and a nextToken to go on from.
 
+A HyperPod cluster's nodes log to `/aws/sagemaker/Clusters/<name>/<id>`, one stream per
+node, `LifecycleConfig/<instance group>/<instance id>` (its OnCreate script's output).
+
 Streams are scoped like jobs: only the caller's account's jobs in the request's region.
 The log group always exists (it is created with the first job on AWS; dockyard does
 not model its absence). filterPattern supports plain terms (all must appear), quoted
@@ -42,7 +45,7 @@ from dockyard.compute.log_index import LogReader, read_metrics
 from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services.errors import ServiceError
-from dockyard.store.tables import TrainingJob
+from dockyard.store.tables import Cluster, TrainingJob
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 DEFAULT_EVENTS_LIMIT = 10000
@@ -51,6 +54,11 @@ MAX_PAGE_BYTES = 1024 * 1024  # CloudWatch's 1 MB of events per response
 SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
 
 JOBS = TrainingJob.__table__
+CLUSTERS = Cluster.__table__
+# A HyperPod cluster's log group: /aws/sagemaker/Clusters/<cluster name>/<cluster id>.
+_CLUSTER_GROUP = re.compile(
+    r"/aws/sagemaker/Clusters/([a-zA-Z0-9](?:-*[a-zA-Z0-9])*)/([a-z0-9]{12})"
+)
 _SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
 _ALL_JOBS = select(JOBS.c.name, JOBS.c.creation_time, JOBS.c.uid).where(*_SCOPE)
 _ONE_JOB = _ALL_JOBS.where(JOBS.c.name == bindparam("name"))
@@ -169,7 +177,20 @@ def _find_stream(
 # ------------------------------------------------------------------ parameters
 
 
-def _check_group(params: Mapping[str, Any], account_id: str, region: str) -> None:
+@dataclass(frozen=True)
+class Group:
+    """A log group dockyard answers: the training jobs', or one cluster's."""
+
+    name: str
+    # For a cluster's group (`/aws/sagemaker/Clusters/<name>/<id>`): its id and when it
+    # was created.
+    cluster_id: str | None = None
+    created_ms: int = 0
+
+
+def _check_group(
+    params: Mapping[str, Any], account_id: str, region: str, connection: Connection
+) -> Group:
     name = params.get("logGroupName")
     identifier = params.get("logGroupIdentifier")
     if name and identifier:
@@ -186,8 +207,70 @@ def _check_group(params: Mapping[str, Any], account_id: str, region: str) -> Non
         if not group.startswith(prefix):
             raise ResourceNotFoundException(GROUP_NOT_FOUND)
         group = group.removeprefix(prefix).removesuffix(":*")
-    if group != GROUP:
-        raise ResourceNotFoundException(GROUP_NOT_FOUND)
+    if group == GROUP:
+        return Group(GROUP)
+    parts = _CLUSTER_GROUP.fullmatch(group)
+    if parts is not None:
+        row = connection.execute(
+            select(CLUSTERS.c.cluster_id, CLUSTERS.c.created_at).where(
+                CLUSTERS.c.account_id == account_id,
+                CLUSTERS.c.region == region,
+                CLUSTERS.c.name == parts.group(1),
+                CLUSTERS.c.cluster_id == parts.group(2),
+            )
+        ).first()
+        if row is not None:
+            created = int(utc(row.created_at).timestamp() * 1000)
+            return Group(group, cluster_id=row.cluster_id, created_ms=created)
+    raise ResourceNotFoundException(GROUP_NOT_FOUND)
+
+
+def _cluster_streams(
+    data_dir: Path, account_id: str, region: str, group: Group, prefix: str = ""
+) -> list[Stream]:
+    """A cluster's streams, one per node that has run (`LifecycleConfig/<instance group>/
+    <instance id>`, as HyperPod names them): found from the nodes' files, so a node
+    that is gone keeps its log until the cluster is deleted."""
+    root = Path(data_dir).resolve() / "instances"
+    streams = []
+    for log in root.glob(
+        f"{account_id}-{region}-cluster-{group.cluster_id}-*/*/logs/output.jsonl"
+    ):
+        node_root = log.parent.parent
+        try:
+            spec = json.loads((node_root / "job.json").read_text())
+            instance_group = str(spec["node"]["group"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        name = f"LifecycleConfig/{instance_group}/{node_root.name}"
+        if name.startswith(prefix):
+            streams.append(Stream(name, group.name, node_root.name, group.created_ms, log))
+    streams.sort(key=lambda stream: stream.name)
+    return streams
+
+
+def _streams(
+    connection: Connection,
+    data_dir: Path,
+    account_id: str,
+    region: str,
+    group: Group,
+    prefix: str = "",
+) -> list[Stream]:
+    if group.cluster_id is not None:
+        return _cluster_streams(data_dir, account_id, region, group, prefix)
+    return _all_streams(connection, data_dir, account_id, region, prefix)
+
+
+def _stream(
+    connection: Connection, data_dir: Path, account_id: str, region: str, group: Group, name: str
+) -> Stream:
+    if group.cluster_id is None:
+        return _find_stream(connection, data_dir, account_id, region, name)
+    for stream in _cluster_streams(data_dir, account_id, region, group, name):
+        if stream.name == name:
+            return stream
+    raise ResourceNotFoundException(STREAM_NOT_FOUND)
 
 
 def _span(log: LogReader, params: Mapping[str, Any]) -> tuple[int, int]:
@@ -328,7 +411,7 @@ def compile_filter(pattern: str | None) -> Filter:
 # ------------------------------------------------------------------ operations
 
 
-def _stream_info(stream: Stream, account_id: str, region: str) -> dict[str, Any]:
+def _stream_info(stream: Stream, account_id: str, region: str, group: Group) -> dict[str, Any]:
     with LogReader(stream.path) as log:
         count = len(log)
         first = log.timestamp(0) if count else None
@@ -339,7 +422,9 @@ def _stream_info(stream: Stream, account_id: str, region: str) -> dict[str, Any]
         "firstEventTimestamp": first,
         "lastEventTimestamp": last,
         "lastIngestionTime": last,
-        "arn": f"arn:aws:logs:{region}:{account_id}:log-group:{GROUP}:log-stream:{stream.name}",
+        "arn": (
+            f"arn:aws:logs:{region}:{account_id}:log-group:{group.name}:log-stream:{stream.name}"
+        ),
         "storedBytes": 0,
     }
 
@@ -351,7 +436,7 @@ def describe_log_streams(
     region: str,
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
-    _check_group(params, account_id, region)
+    group = _check_group(params, account_id, region, connection)
     prefix = params.get("logStreamNamePrefix") or ""
     order = params.get("orderBy", "LogStreamName")
     if order == "LastEventTime" and prefix:
@@ -361,14 +446,14 @@ def describe_log_streams(
     limit = int(params.get("limit") or DEFAULT_STREAMS_LIMIT)
     offset = _decode_offset(params)
     descending = bool(params.get("descending", False))
-    streams = _all_streams(connection, data_dir, account_id, region, prefix)
+    streams = _streams(connection, data_dir, account_id, region, group, prefix)
     if order == "LogStreamName":
         if descending:
             streams.reverse()
         chosen = streams[offset : offset + limit]
-        infos = [_stream_info(stream, account_id, region) for stream in chosen]
+        infos = [_stream_info(stream, account_id, region, group) for stream in chosen]
     else:
-        every = [_stream_info(stream, account_id, region) for stream in streams]
+        every = [_stream_info(stream, account_id, region, group) for stream in streams]
         every.sort(
             key=lambda info: (info["lastEventTimestamp"] or 0, info["logStreamName"]),
             reverse=descending,
@@ -398,8 +483,8 @@ def get_log_events(
     how `aws logs tail`-style readers and the SDK know they have caught up. A page
     reads only its own events (found through the index), at most `limit` and 1 MB.
     """
-    _check_group(params, account_id, region)
-    stream = _find_stream(connection, data_dir, account_id, region, params["logStreamName"])
+    group = _check_group(params, account_id, region, connection)
+    stream = _stream(connection, data_dir, account_id, region, group, params["logStreamName"])
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     with LogReader(stream.path) as log:
         lo, hi = _span(log, params)
@@ -457,7 +542,7 @@ def filter_log_events(
     tie). A call stops at `limit` events, 1 MB of them, or 8 MB searched, and its
     nextToken is the (time, stream, position) to go on after, so a page costs what it
     reads, however many came before it."""
-    _check_group(params, account_id, region)
+    group = _check_group(params, account_id, region, connection)
     names = params.get("logStreamNames")
     prefix = params.get("logStreamNamePrefix")
     if names and prefix:
@@ -466,11 +551,11 @@ def filter_log_events(
         )
     if names:
         streams = [
-            _find_stream(connection, data_dir, account_id, region, name)
+            _stream(connection, data_dir, account_id, region, group, name)
             for name in dict.fromkeys(names)
         ]
     else:
-        streams = _all_streams(connection, data_dir, account_id, region, prefix or "")
+        streams = _streams(connection, data_dir, account_id, region, group, prefix or "")
     matches = compile_filter(params.get("filterPattern"))
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     after = _decode_key(params)

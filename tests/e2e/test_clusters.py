@@ -139,9 +139,24 @@ def test_an_on_demand_cluster_comes_up_scales_and_goes(manual_server: DockyardSe
     summaries = client.list_clusters()["ClusterSummaries"]
     assert [c["ClusterName"] for c in summaries] == ["research"]
 
+    # Each node's OnCreate output, in the cluster's log group as HyperPod names it.
+    logs = server.client("logs")
+    log_group = f"/aws/sagemaker/Clusters/research/{cluster_id}"
+    streams = logs.describe_log_streams(logGroupName=log_group)["logStreams"]
+    assert sorted(s["logStreamName"] for s in streams) == sorted(
+        f"LifecycleConfig/workers/{node['InstanceId']}" for node in running
+    )
+    events = logs.get_log_events(
+        logGroupName=log_group, logStreamName=streams[0]["logStreamName"], startFromHead=True
+    )["events"]
+    assert any(e["message"].startswith("on-create ran on") for e in events)
+
     # Another account sees none of it.
     _, key = server.new_account("stranger")
     stranger = server.client(key=key)
+    with pytest.raises(ClientError) as error:
+        server.client("logs", key=key).describe_log_streams(logGroupName=log_group)
+    assert error.value.response["Error"]["Code"] == "ResourceNotFoundException"
     assert stranger.list_clusters()["ClusterSummaries"] == []
     with pytest.raises(ClientError) as error:
         stranger.describe_cluster(ClusterName="research")
