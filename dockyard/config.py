@@ -126,6 +126,8 @@ class PlanSettings:
     training_instance_quotas: dict[str, int]
     warm_pool_instance_quota: int
     warm_pool_instance_quotas: dict[str, int]
+    cluster_instance_quota: int
+    cluster_instance_quotas: dict[str, int]
     # The development account's applied warm-pool quota per type, set when it is created.
     development_warm_pool_instances: int
     default_budget: Decimal | None
@@ -184,6 +186,12 @@ def plan_settings(settings: Settings) -> PlanSettings:
             ),
             warm_pool_instance_quotas={
                 str(k): int(v) for k, v in dict(quotas.get("warm_pool_instances", {})).items()
+            },
+            cluster_instance_quota=int(
+                quotas.get("cluster_instances_per_type", defaults.DEFAULT_CLUSTER_INSTANCE_QUOTA)
+            ),
+            cluster_instance_quotas={
+                str(k): int(v) for k, v in dict(quotas.get("cluster_instances", {})).items()
             },
             development_warm_pool_instances=int(
                 quotas.get(

@@ -74,6 +74,8 @@ DEFAULT_RESERVED_INSTANCE_QUOTA = 256
 DEFAULT_TRAINING_INSTANCE_QUOTA = 64
 # Instances of one type an account may keep in warm pools: AWS's default is 0 (SPEC §5.7).
 DEFAULT_WARM_POOL_INSTANCE_QUOTA = 0
+# "<type> for cluster usage": instances of a type across an account's HyperPod clusters.
+DEFAULT_CLUSTER_INSTANCE_QUOTA = 64
 # The development account's warm-pool quota per type, so `make run` can try warm pools at once.
 DEVELOPMENT_WARM_POOL_INSTANCES = 4
 

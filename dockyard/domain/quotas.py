@@ -1,9 +1,10 @@
 """The SageMaker quotas dockyard enforces, named and coded as Service Quotas shows them.
 
-Three quotas per instance type, in AWS's words: instances of the type in running
+Four quotas per instance type, in AWS's words: instances of the type in running
 training jobs ("… for training job usage"), instances kept in warm pools ("… for
-training warm pool usage", default 0: SPEC §5.7) and instances reserved in training
-plans ("… for training plan usage"). AWS's own quota codes ("L-0BEF44E8") are opaque
+training warm pool usage", default 0: SPEC §5.7), instances reserved in training
+plans ("… for training plan usage") and instances in HyperPod clusters ("… for
+cluster usage"). AWS's own quota codes ("L-0BEF44E8") are opaque
 and there is no published table of them, so each code is derived from the quota's
 name: the same name always gets the same code, on every server and after restarts.
 
@@ -29,6 +30,7 @@ class QuotaKind(StrEnum):
     TRAINING_JOB = "training job"
     WARM_POOL = "training warm pool"
     TRAINING_PLAN = "training plan"
+    CLUSTER = "cluster"
 
 
 class RequestStatus(StrEnum):
@@ -75,6 +77,7 @@ class QuotaDef:
             QuotaKind.TRAINING_JOB: "across all training jobs",
             QuotaKind.WARM_POOL: "retained in warm pools after their training jobs end",
             QuotaKind.TRAINING_PLAN: "reserved across all training plans",
+            QuotaKind.CLUSTER: "across all HyperPod clusters",
         }[self.kind]
         return (
             f"The maximum number of {self.instance_type} instances {where} "

@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
+from dockyard.config import PlanSettings
 from dockyard.domain import clusters as rules
 from dockyard.domain import ultraservers
 from dockyard.domain.arns import arn as make_arn
@@ -31,8 +32,14 @@ from dockyard.domain.clusters import (
 from dockyard.domain.job_paths import s3_uri_problem
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.plans import PlanStatus
-from dockyard.services import buckets, capacity, plan_jobs, ultraserver_capacity
-from dockyard.services.errors import ResourceInUse, ResourceNotFound, ValidationException
+from dockyard.domain.quotas import QuotaKind
+from dockyard.services import buckets, capacity, plan_jobs, quotas, ultraserver_capacity
+from dockyard.services.errors import (
+    ResourceInUse,
+    ResourceLimitExceeded,
+    ResourceNotFound,
+    ValidationException,
+)
 from dockyard.services.pagination import decode_token, page
 from dockyard.store.scoped import owned
 from dockyard.store.tables import Cluster, ClusterNode, Instance, TrainingPlan
@@ -160,6 +167,48 @@ def _fleet_has(session: Session, region: str, instance_type: str) -> bool:
     )
 
 
+def _check_quota(
+    session: Session,
+    settings: PlanSettings | None,
+    account_id: str,
+    region: str,
+    groups: list[dict[str, Any]],
+    but: int | None = None,
+) -> None:
+    """ "<type> for cluster usage": the instances the account's clusters ask for, of each
+    type, this request's groups with them (a cluster being updated counts once)."""
+    if settings is None:
+        return
+    others = session.scalars(
+        owned(Cluster, account_id, region).where(
+            Cluster.status != ClusterStatus.DELETING.value, Cluster.id != (but or -1)
+        )
+    )
+    held: dict[str, int] = {}
+    for cluster in others:
+        for group in cluster.spec.get("InstanceGroups", []):
+            held[group["InstanceType"]] = held.get(group["InstanceType"], 0) + int(
+                group["InstanceCount"]
+            )
+    wanted: dict[str, int] = {}
+    for group in groups:
+        wanted[group["InstanceType"]] = wanted.get(group["InstanceType"], 0) + int(
+            group["InstanceCount"]
+        )
+    for instance_type, count in sorted(wanted.items()):
+        limit = int(
+            quotas.limit(session, settings, account_id, region, QuotaKind.CLUSTER, instance_type)
+        )
+        used = held.get(instance_type, 0)
+        if used + count > limit:
+            raise ResourceLimitExceeded(
+                f"The account-level service limit '{instance_type} for cluster usage' is "
+                f"{limit} Instances, with current utilization of {used} Instances and a "
+                f"request delta of {count} Instances. Please use AWS Service Quotas to request "
+                "an increase for this quota."
+            )
+
+
 # ----------------------------------------------------------------------------- operations
 
 
@@ -170,6 +219,7 @@ def create(
     region: str,
     params: dict[str, Any],
     store: buckets.BucketStore | None = None,
+    settings: PlanSettings | None = None,
 ) -> dict[str, Any]:
     for member in UNSUPPORTED:
         if member in params:
@@ -181,6 +231,7 @@ def create(
     if not groups:
         raise ValidationException("InstanceGroups must name at least one instance group")
     _check_groups(session, account_id, region, groups, store)
+    _check_quota(session, settings, account_id, region, groups)
     cluster_id = _new_cluster_id()
     cluster = Cluster(
         account_id=account_id,
@@ -324,6 +375,7 @@ def update(
     region: str,
     params: dict[str, Any],
     store: buckets.BucketStore | None = None,
+    settings: PlanSettings | None = None,
 ) -> dict[str, Any]:
     """New counts (or new groups) for a cluster; the reconciler adds or removes nodes."""
     for member in UNSUPPORTED:
@@ -354,6 +406,7 @@ def update(
     if not groups:
         raise ValidationException("A cluster keeps at least one instance group")
     _check_groups(session, account_id, region, groups, store)
+    _check_quota(session, settings, account_id, region, groups, but=cluster.id)
     spec = {**cluster.spec, "InstanceGroups": groups}
     if "NodeRecovery" in params:
         spec["NodeRecovery"] = params["NodeRecovery"]

@@ -56,6 +56,8 @@ def default_value(settings: PlanSettings, kind: QuotaKind, instance_type: str) -
         return settings.reserved_instance_quotas.get(
             instance_type, settings.reserved_instance_quota
         )
+    if kind is QuotaKind.CLUSTER:
+        return settings.cluster_instance_quotas.get(instance_type, settings.cluster_instance_quota)
     return settings.warm_pool_instance_quotas.get(instance_type, settings.warm_pool_instance_quota)
 
 

@@ -46,10 +46,10 @@ def test_a_known_code_stays_the_same_across_releases() -> None:
     assert quotas.quota_code("ml.m5.xlarge for training warm pool usage") == "L-BBEEA0AE"
 
 
-def test_catalog_has_three_quotas_per_type_with_unique_codes() -> None:
+def test_catalog_has_four_quotas_per_type_with_unique_codes() -> None:
     types = set(defaults.PRICES) | {"ml.m5.xlarge"}
     catalog = quotas.catalog([*types, "ml.m5.xlarge"])  # duplicates collapse
-    assert len(catalog) == 3 * len(types)
+    assert len(catalog) == 4 * len(types)
     assert len({q.code for q in catalog}) == len(catalog)
     assert [q.name for q in catalog] == sorted(q.name for q in catalog)
     warm = quotas.by_code(catalog, quotas.quota_code("ml.g5.xlarge for training warm pool usage"))

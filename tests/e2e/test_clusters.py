@@ -216,6 +216,17 @@ def test_requests_are_checked(manual_server: DockyardServer) -> None:
     with pytest.raises(ClientError) as error:
         client.create_cluster(ClusterName="checked", InstanceGroups=[group("a", 1)])
     assert error.value.response["Error"]["Code"] == "ResourceInUse"
+    # "<type> for cluster usage" (64 by default) counts every cluster's groups.
+    with pytest.raises(ClientError) as error:
+        client.create_cluster(ClusterName="greedy", InstanceGroups=[group("a", 64)])
+    assert error.value.response["Error"]["Code"] == "ResourceLimitExceeded"
+    message = error.value.response["Error"]["Message"]
+    assert "'ml.m5.xlarge for cluster usage' is 64 Instances" in message
+    assert "current utilization of 1 Instances" in message
+    paginator = manual_server.client("service-quotas").get_paginator("list_service_quotas")
+    names = {q["QuotaName"] for page in paginator.paginate(ServiceCode="sagemaker")
+             for q in page["Quotas"]}  # fmt: skip
+    assert "ml.m5.xlarge for cluster usage" in names
 
 
 def hyperpod_plan(server: DockyardServer, d0: datetime) -> dict[str, Any]:

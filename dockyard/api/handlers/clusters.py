@@ -11,7 +11,13 @@ from dockyard.services import clusters
 def create_cluster(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
         result = clusters.create(
-            session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.s3_store
+            session,
+            ctx.clock.now(),
+            ctx.account_id,
+            ctx.region,
+            params,
+            ctx.state.s3_store,
+            ctx.state.plans,
         )
     ctx.state.control.nudge(first="clusters")  # its nodes are the reconciler's work
     return result
@@ -32,7 +38,13 @@ def list_clusters(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]
 def update_cluster(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
         result = clusters.update(
-            session, ctx.clock.now(), ctx.account_id, ctx.region, params, ctx.state.s3_store
+            session,
+            ctx.clock.now(),
+            ctx.account_id,
+            ctx.region,
+            params,
+            ctx.state.s3_store,
+            ctx.state.plans,
         )
     ctx.state.control.nudge(first="clusters")
     return result
