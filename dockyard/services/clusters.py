@@ -209,6 +209,12 @@ def _check_quota(
             )
 
 
+def _refuse_unsupported(params: dict[str, Any]) -> None:
+    for member in UNSUPPORTED:
+        if member in params:
+            raise ValidationException(f"{member} is not supported by dockyard")
+
+
 # ----------------------------------------------------------------------------- operations
 
 
@@ -221,9 +227,7 @@ def create(
     store: buckets.BucketStore | None = None,
     settings: PlanSettings | None = None,
 ) -> dict[str, Any]:
-    for member in UNSUPPORTED:
-        if member in params:
-            raise ValidationException(f"{member} is not supported by dockyard")
+    _refuse_unsupported(params)
     name = params["ClusterName"]
     if _named(session, account_id, region, name) is not None:
         raise ResourceInUse(f"Cluster {name!r} already exists")
@@ -378,9 +382,7 @@ def update(
     settings: PlanSettings | None = None,
 ) -> dict[str, Any]:
     """New counts (or new groups) for a cluster; the reconciler adds or removes nodes."""
-    for member in UNSUPPORTED:
-        if member in params:
-            raise ValidationException(f"{member} is not supported by dockyard")
+    _refuse_unsupported(params)
     cluster = find(session, account_id, region, params["ClusterName"])
     status = ClusterStatus(cluster.status)
     if status not in (ClusterStatus.IN_SERVICE, ClusterStatus.UPDATING):

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.domain import fleet as fleet_rules
 from dockyard.domain.instances import HEALTH_TRANSITIONS, InstanceHealth
+from dockyard.services import ultraserver_capacity
 from dockyard.store.tables import CapacityPool, Instance, LeaseRow
 
 HEALTHY = InstanceHealth.HEALTHY.value
@@ -131,7 +132,8 @@ def refresh_pools(session: Session) -> None:
 def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
     """Every instance with what it is doing now.
 
-    Leases are counts, not instance ids, so the instances of a pool are handed to the
+    On an UltraServer, jobs and cluster nodes hold instances by id and are shown on them.
+    Otherwise leases are counts, not instance ids, so the instances of a pool are handed to the
     leases active now in a fixed order (leases by start, instances by id) for display.
     """
     active: dict[str, list[LeaseRow]] = defaultdict(list)
@@ -145,6 +147,7 @@ def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
     by_pool: dict[str, list[Instance]] = defaultdict(list)
     for instance in session.scalars(select(Instance).order_by(Instance.id)):
         by_pool[instance.pool_key].append(instance)
+    pinned = ultraserver_capacity.holders(session)  # UltraServer instances held by id
     for key in sorted(by_pool):
         holders: list[LeaseRow] = []
         for held in active.get(key, []):
@@ -163,7 +166,9 @@ def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
                     "ultraserver_id": instance.ultraserver_id,
                     "health": instance.health,
                     "doing": (
-                        f"{lease.kind} {lease.holder}"
+                        pinned[instance.id]
+                        if instance.id in pinned
+                        else f"{lease.kind} {lease.holder}"
                         if lease
                         else ("idle" if instance.health == HEALTHY else "out of service")
                     ),

@@ -94,3 +94,17 @@ def failed(session: Session, instance_ids: set[str]) -> set[str]:
             select(Instance.id).where(Instance.id.in_(instance_ids), Instance.health != HEALTHY)
         )
     )
+
+
+def holders(session: Session) -> dict[str, str]:
+    """Instance id -> what holds it by id now (for the fleet view): a job or a node."""
+    held: dict[str, str] = {}
+    for job in session.scalars(select(TrainingJob).where(TrainingJob.status.in_(RUNNING))):
+        placement = Placement.of_job(job.runtime)
+        for instance in placement.instances if placement is not None else ():
+            held[instance] = f"training-job {job.arn}"
+    for node in session.scalars(
+        select(ClusterNode).where(ClusterNode.fleet_instance_id.is_not(None))
+    ):
+        held[str(node.fleet_instance_id)] = f"cluster-node {node.instance_id} ({node.status})"
+    return held

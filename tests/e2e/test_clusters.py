@@ -378,6 +378,9 @@ def test_an_ultraserver_heals_from_its_spare_then_is_impaired(
     failed = details["NodeDetails"]["KubernetesConfig"]["CurrentLabels"][
         "sagemaker.amazonaws.com/fleet-instance-id"
     ]
+    assert f"cluster-node {victim['InstanceId']}" in cli(
+        server, "fleet", "--az", "us-east-1-dfw-2a"
+    )
     cli(server, "fleet", "fail", failed)
     deadline = time.monotonic() + 180
     while True:
