@@ -27,7 +27,7 @@ from dockyard.control.jobs.specs import HostSpecs
 from dockyard.control.loop import seconds_until
 from dockyard.domain import clusters as rules
 from dockyard.domain.clusters import ClusterStatus, NodeStatus
-from dockyard.services import capacity
+from dockyard.services import capacity, cluster_nodes
 from dockyard.services import clusters as service
 from dockyard.store.db import Database
 from dockyard.store.tables import Cluster, ClusterNode
@@ -111,10 +111,10 @@ class ClustersReconciler:
         status = ClusterStatus(cluster.status)
         nodes = service.nodes_of(session, cluster)
         recovery = cluster.spec.get("NodeRecovery", "Automatic") == "Automatic"
-        failed = service.failed_instances(session, nodes)
+        failed = cluster_nodes.failed_instances(session, nodes)
         for node in nodes:
             if node.fleet_instance_id in failed and node.status in LIVE:
-                service.set_node_status(
+                cluster_nodes.set_node_status(
                     node,
                     NodeStatus.FAILURE,
                     f"The node's instance {node.fleet_instance_id} failed its health checks",
@@ -150,7 +150,7 @@ class ClustersReconciler:
     def _let_go(node: ClusterNode, message: str | None) -> None:
         if not node.shutdown_requested:
             node.shutdown_requested = True
-            service.set_node_status(node, NodeStatus.SHUTTING_DOWN, message)
+            cluster_nodes.set_node_status(node, NodeStatus.SHUTTING_DOWN, message)
 
     @staticmethod
     def _block_usable(
@@ -178,7 +178,7 @@ class ClustersReconciler:
         ]:
             self._let_go(node, "The instance group's count was lowered")
         for _ in range(wanted - len(staying)):
-            placed = service.place_node(session, cluster, group, now)
+            placed = cluster_nodes.place_node(session, cluster, group, now)
             if isinstance(placed, str):
                 log.info("cluster %s group %s waits: %s", cluster.name, name, placed)
                 return
@@ -212,7 +212,7 @@ class ClustersReconciler:
                 continue  # failed stays failed, whatever its agent says as it goes
             new, message = _node_status(phase, alive, state)
             if new is not None and new.value != node.status:
-                service.set_node_status(node, new, message)
+                cluster_nodes.set_node_status(node, new, message)
             if NodeStatus(node.status) == NodeStatus.PENDING:
                 busy = True
         session.flush()

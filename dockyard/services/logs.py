@@ -29,248 +29,29 @@ import contextlib
 import hashlib
 import heapq
 import json
-import re
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from dockyard.clock import utc
 from dockyard.compute.log_index import LogReader, read_metrics
-from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
-from dockyard.services.errors import ServiceError
-from dockyard.store.tables import Cluster, TrainingJob
+from dockyard.services import log_streams
+from dockyard.services.log_streams import (
+    Group,
+    InvalidParameterException,
+    Stream,
+    instance_root,
+)
 
-GROUP = "/aws/sagemaker/TrainingJobs"
 DEFAULT_EVENTS_LIMIT = 10000
 DEFAULT_STREAMS_LIMIT = 50
 MAX_PAGE_BYTES = 1024 * 1024  # CloudWatch's 1 MB of events per response
 SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
-
-JOBS = TrainingJob.__table__
-CLUSTERS = Cluster.__table__
-# A HyperPod cluster's log group: /aws/sagemaker/Clusters/<cluster name>/<cluster id>.
-_CLUSTER_GROUP = re.compile(
-    r"/aws/sagemaker/Clusters/([a-zA-Z0-9](?:-*[a-zA-Z0-9])*)/([a-z0-9]{12})"
-)
-_SCOPE = (JOBS.c.account_id == bindparam("account_id"), JOBS.c.region == bindparam("region"))
-_ALL_JOBS = select(JOBS.c.name, JOBS.c.creation_time, JOBS.c.uid).where(*_SCOPE)
-_ONE_JOB = _ALL_JOBS.where(JOBS.c.name == bindparam("name"))
-_RUNTIME = select(JOBS.c.runtime, JOBS.c.uid).where(*_SCOPE, JOBS.c.name == bindparam("name"))
-_HOST = re.compile(r"algo-([1-9][0-9]*)")
-_STREAM_SUFFIX = re.compile(r"(algo-[1-9][0-9]*)-([0-9]+)")
-
-
-class ResourceNotFoundException(ServiceError):
-    code = "ResourceNotFoundException"
-
-
-class InvalidParameterException(ServiceError):
-    code = "InvalidParameterException"
-
-
-GROUP_NOT_FOUND = "The specified log group does not exist."
-STREAM_NOT_FOUND = "The specified log stream does not exist."
-
-
-@dataclass(frozen=True)
-class Stream:
-    name: str
-    job_name: str
-    host: str
-    job_created_ms: int
-    path: Path
-
-
-# ------------------------------------------------------------------ files
-
-
-def instance_root(
-    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None, host: str
-) -> Path:
-    """Where the local backend runs one instance of a job (see compute.local)."""
-    key = instance_key(account_id, region, job_name, uid)
-    return Path(data_dir).resolve() / "instances" / key / host
-
-
-def _hosts(
-    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None
-) -> list[str]:
-    """The instances of a job that have a log file, algo-1 first."""
-    job_dir = instance_root(data_dir, account_id, region, job_name, uid, "x").parent
-    try:
-        names = [p.name for p in job_dir.iterdir() if _HOST.fullmatch(p.name)]
-    except OSError:
-        return []
-    names.sort(key=lambda name: int(name.removeprefix("algo-")))
-    return [name for name in names if (job_dir / name / "logs" / "output.jsonl").is_file()]
-
-
-def _epoch_seconds(moment: datetime) -> int:
-    return int(utc(moment).timestamp())
-
-
-def _streams_of(
-    data_dir: Path, account_id: str, region: str, name: str, uid: str | None, created: datetime
-) -> list[Stream]:
-    epoch = _epoch_seconds(created)
-    return [
-        Stream(
-            name=f"{name}/{host}-{epoch}",
-            job_name=name,
-            host=host,
-            job_created_ms=int(utc(created).timestamp() * 1000),
-            path=instance_root(data_dir, account_id, region, name, uid, host)
-            / "logs"
-            / "output.jsonl",
-        )
-        for host in _hosts(data_dir, account_id, region, name, uid)
-    ]
-
-
-def _all_streams(
-    connection: Connection, data_dir: Path, account_id: str, region: str, prefix: str = ""
-) -> list[Stream]:
-    scope = {"account_id": account_id, "region": region}
-    job_name, slash, _ = prefix.partition("/")
-    if slash:  # the prefix names one job
-        rows = connection.execute(_ONE_JOB, {**scope, "name": job_name}).all()
-    else:
-        rows = connection.execute(_ALL_JOBS, scope).all()
-    streams = [
-        stream
-        for row in rows
-        if row.name.startswith(job_name)
-        for stream in _streams_of(
-            data_dir, account_id, region, row.name, row.uid, row.creation_time
-        )
-        if stream.name.startswith(prefix)
-    ]
-    streams.sort(key=lambda stream: stream.name)
-    return streams
-
-
-def _find_stream(
-    connection: Connection, data_dir: Path, account_id: str, region: str, name: str
-) -> Stream:
-    job_name, _, suffix = name.partition("/")
-    parts = _STREAM_SUFFIX.fullmatch(suffix)
-    if parts is None:
-        raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    row = connection.execute(
-        _ONE_JOB, {"account_id": account_id, "region": region, "name": job_name}
-    ).first()
-    if row is None:
-        raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    for stream in _streams_of(data_dir, account_id, region, row.name, row.uid, row.creation_time):
-        if stream.name == name:
-            return stream
-    raise ResourceNotFoundException(STREAM_NOT_FOUND)
-
-
-# ------------------------------------------------------------------ parameters
-
-
-@dataclass(frozen=True)
-class Group:
-    """A log group dockyard answers: the training jobs', or one cluster's."""
-
-    name: str
-    # For a cluster's group (`/aws/sagemaker/Clusters/<name>/<id>`): its id and when it
-    # was created.
-    cluster_id: str | None = None
-    created_ms: int = 0
-
-
-def _check_group(
-    params: Mapping[str, Any], account_id: str, region: str, connection: Connection
-) -> Group:
-    name = params.get("logGroupName")
-    identifier = params.get("logGroupIdentifier")
-    if name and identifier:
-        raise InvalidParameterException(
-            "LogGroup name and LogGroup ARN are mutually exclusive parameters."
-        )
-    if not name and not identifier:
-        raise InvalidParameterException(
-            "Either logGroupName or logGroupIdentifier must be specified."
-        )
-    group = str(name or identifier)
-    if group.startswith("arn:"):
-        prefix = f"arn:aws:logs:{region}:{account_id}:log-group:"
-        if not group.startswith(prefix):
-            raise ResourceNotFoundException(GROUP_NOT_FOUND)
-        group = group.removeprefix(prefix).removesuffix(":*")
-    if group == GROUP:
-        return Group(GROUP)
-    parts = _CLUSTER_GROUP.fullmatch(group)
-    if parts is not None:
-        row = connection.execute(
-            select(CLUSTERS.c.cluster_id, CLUSTERS.c.created_at).where(
-                CLUSTERS.c.account_id == account_id,
-                CLUSTERS.c.region == region,
-                CLUSTERS.c.name == parts.group(1),
-                CLUSTERS.c.cluster_id == parts.group(2),
-            )
-        ).first()
-        if row is not None:
-            created = int(utc(row.created_at).timestamp() * 1000)
-            return Group(group, cluster_id=row.cluster_id, created_ms=created)
-    raise ResourceNotFoundException(GROUP_NOT_FOUND)
-
-
-def _cluster_streams(
-    data_dir: Path, account_id: str, region: str, group: Group, prefix: str = ""
-) -> list[Stream]:
-    """A cluster's streams, one per node that has run (`LifecycleConfig/<instance group>/
-    <instance id>`, as HyperPod names them): found from the nodes' files, so a node
-    that is gone keeps its log until the cluster is deleted."""
-    root = Path(data_dir).resolve() / "instances"
-    streams = []
-    for log in root.glob(
-        f"{account_id}-{region}-cluster-{group.cluster_id}-*/*/logs/output.jsonl"
-    ):
-        node_root = log.parent.parent
-        try:
-            spec = json.loads((node_root / "job.json").read_text())
-            instance_group = str(spec["node"]["group"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        name = f"LifecycleConfig/{instance_group}/{node_root.name}"
-        if name.startswith(prefix):
-            streams.append(Stream(name, group.name, node_root.name, group.created_ms, log))
-    streams.sort(key=lambda stream: stream.name)
-    return streams
-
-
-def _streams(
-    connection: Connection,
-    data_dir: Path,
-    account_id: str,
-    region: str,
-    group: Group,
-    prefix: str = "",
-) -> list[Stream]:
-    if group.cluster_id is not None:
-        return _cluster_streams(data_dir, account_id, region, group, prefix)
-    return _all_streams(connection, data_dir, account_id, region, prefix)
-
-
-def _stream(
-    connection: Connection, data_dir: Path, account_id: str, region: str, group: Group, name: str
-) -> Stream:
-    if group.cluster_id is None:
-        return _find_stream(connection, data_dir, account_id, region, name)
-    for stream in _cluster_streams(data_dir, account_id, region, group, name):
-        if stream.name == name:
-            return stream
-    raise ResourceNotFoundException(STREAM_NOT_FOUND)
 
 
 def _span(log: LogReader, params: Mapping[str, Any]) -> tuple[int, int]:
@@ -436,7 +217,7 @@ def describe_log_streams(
     region: str,
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
-    group = _check_group(params, account_id, region, connection)
+    group = log_streams.check_group(params, account_id, region, connection)
     prefix = params.get("logStreamNamePrefix") or ""
     order = params.get("orderBy", "LogStreamName")
     if order == "LastEventTime" and prefix:
@@ -446,7 +227,7 @@ def describe_log_streams(
     limit = int(params.get("limit") or DEFAULT_STREAMS_LIMIT)
     offset = _decode_offset(params)
     descending = bool(params.get("descending", False))
-    streams = _streams(connection, data_dir, account_id, region, group, prefix)
+    streams = log_streams.streams(connection, data_dir, account_id, region, group, prefix)
     if order == "LogStreamName":
         if descending:
             streams.reverse()
@@ -483,8 +264,10 @@ def get_log_events(
     how `aws logs tail`-style readers and the SDK know they have caught up. A page
     reads only its own events (found through the index), at most `limit` and 1 MB.
     """
-    group = _check_group(params, account_id, region, connection)
-    stream = _stream(connection, data_dir, account_id, region, group, params["logStreamName"])
+    group = log_streams.check_group(params, account_id, region, connection)
+    stream = log_streams.find_stream(
+        connection, data_dir, account_id, region, group, params["logStreamName"]
+    )
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     with LogReader(stream.path) as log:
         lo, hi = _span(log, params)
@@ -542,7 +325,7 @@ def filter_log_events(
     tie). A call stops at `limit` events, 1 MB of them, or 8 MB searched, and its
     nextToken is the (time, stream, position) to go on after, so a page costs what it
     reads, however many came before it."""
-    group = _check_group(params, account_id, region, connection)
+    group = log_streams.check_group(params, account_id, region, connection)
     names = params.get("logStreamNames")
     prefix = params.get("logStreamNamePrefix")
     if names and prefix:
@@ -551,11 +334,13 @@ def filter_log_events(
         )
     if names:
         streams = [
-            _stream(connection, data_dir, account_id, region, group, name)
+            log_streams.find_stream(connection, data_dir, account_id, region, group, name)
             for name in dict.fromkeys(names)
         ]
     else:
-        streams = _streams(connection, data_dir, account_id, region, group, prefix or "")
+        streams = log_streams.streams(
+            connection, data_dir, account_id, region, group, prefix or ""
+        )
     matches = compile_filter(params.get("filterPattern"))
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     after = _decode_key(params)
@@ -614,7 +399,7 @@ def job_metrics(
     whose host specs name the data directory's `s3` folder.
     """
     row = connection.execute(
-        _RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
+        log_streams.RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
     ).first()
     uid = row.uid if row else None
     if data_dir is None:
@@ -630,5 +415,5 @@ def job_metrics(
             / "logs"
             / "metrics.json"
         )
-        for host in _hosts(data_dir, account_id, region, job_name, uid)
+        for host in log_streams.hosts_of(data_dir, account_id, region, job_name, uid)
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.api.context import Handler, RequestContext
-from dockyard.services import clusters
+from dockyard.services import cluster_nodes, clusters
 
 
 def create_cluster(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -61,17 +61,17 @@ def delete_cluster(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any
 
 def list_cluster_nodes(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read_session() as session:
-        return clusters.list_nodes(session, ctx.account_id, ctx.region, params)
+        return cluster_nodes.list_nodes(session, ctx.account_id, ctx.region, params)
 
 
 def describe_cluster_node(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read_session() as session:
-        return clusters.describe_node(session, ctx.account_id, ctx.region, params)
+        return cluster_nodes.describe_node(session, ctx.account_id, ctx.region, params)
 
 
 def batch_delete_cluster_nodes(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
-        result = clusters.batch_delete_nodes(session, ctx.account_id, ctx.region, params)
+        result = cluster_nodes.batch_delete_nodes(session, ctx.account_id, ctx.region, params)
     ctx.state.control.nudge(first="clusters")
     return result
 
