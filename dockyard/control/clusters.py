@@ -68,7 +68,13 @@ class ClustersReconciler:
         busy = False
         moments: list[datetime] = []
         for cluster_id in ids:
-            outcome = self.step(cluster_id)
+            try:
+                outcome = self.step(cluster_id)
+            except Exception:
+                # One cluster's fault (a backend error, a database hiccup) must not stop
+                # the others; it is tried again at the next look.
+                log.exception("cluster %s: step failed; trying again shortly", cluster_id)
+                continue
             if outcome is not None:
                 busy = busy or outcome[0]
                 if outcome[1] is not None:
