@@ -12,9 +12,10 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
-from dockyard.api import cluster_exec
+from dockyard.api import cluster_exec, cluster_shell
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher
 from dockyard.api.metrics import ApiMetrics
@@ -53,6 +54,7 @@ def create_app(state: ServerState) -> Starlette:
     # A command holds its thread until it ends: threads of their own, so a few long
     # ones never starve the API's.
     exec_executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="dockyard-exec")
+    node_shells = cluster_shell.NodeShells(node_commands, exec_executor)
 
     async def api(request: Request) -> Response:
         started = monotonic()
@@ -114,6 +116,11 @@ def create_app(state: ServerState) -> Starlette:
             headers["x-amzn-errortype"] = code
         return JSONResponse(answer, status, headers=headers)
 
+    async def node_shell(websocket: WebSocket) -> None:
+        started = monotonic()
+        code = await node_shells.serve(websocket)
+        metrics.observe("dockyard.StartClusterNodeSession", code, monotonic() - started)
+
     async def s3(request: Request) -> Response:
         if state.s3 is None:
             return Response(
@@ -171,6 +178,7 @@ def create_app(state: ServerState) -> Starlette:
             Route("/_dockyard/fleet", fleet_endpoint, methods=["GET"]),
             Route("/_dockyard/fleet/health", fleet_health_endpoint, methods=["POST"]),
             Route(cluster_exec.PATH, node_exec, methods=["POST"]),
+            WebSocketRoute(cluster_shell.PATH, node_shell),
             Route("/_dockyard/quotas/requests", quota_requests_endpoint, methods=["GET"]),
             Route(
                 "/_dockyard/quotas/requests/{request_id}",

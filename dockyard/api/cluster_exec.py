@@ -17,6 +17,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +26,10 @@ from dockyard.api.authorise import authorise
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.clock import wall_now
+from dockyard.compute.backend import Backend
 from dockyard.services import cluster_exec
+from dockyard.services.accounts import KeyRecord
+from dockyard.services.cluster_exec import NodeTarget
 from dockyard.services.errors import ServiceError
 
 log = logging.getLogger("dockyard.api")
@@ -34,6 +38,14 @@ PATH = "/_dockyard/clusters/exec"
 # The command's stdin (1 MiB) as base64, and the rest of the request.
 MAX_BODY_BYTES = 2 * 1024 * 1024
 SIGNING_SERVICE = "sagemaker"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The key that signed a request, and the region it signed for."""
+
+    key: KeyRecord
+    region: str
 
 
 class Refused(Exception):
@@ -84,6 +96,29 @@ class NodeCommands:
         headers: Sequence[tuple[str, str]],
         body: bytes,
     ) -> dict[str, Any]:
+        caller = self.authenticate(method, raw_path, query_string, headers, body)
+        try:
+            params = json.loads(body) if body.strip() else {}
+        except (ValueError, RecursionError) as exc:
+            raise Refused(
+                "SerializationException", f"The request body is not valid JSON: {exc}"
+            ) from exc
+        if not isinstance(params, dict):
+            raise Refused("SerializationException", "The request body must be a JSON object")
+        backend = self.backend()
+        request = cluster_exec.command_from(params)
+        target = self.target(caller, params.get("ClusterName"), params.get("NodeId"))
+        return cluster_exec.run(backend, target, request)
+
+    def authenticate(
+        self,
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> Caller:
+        """Who signed the request (SigV4, service `sagemaker`, one of dockyard's keys)."""
         records: list[Any] = []
 
         def secret_for(access_key_id: str) -> str | None:
@@ -109,38 +144,31 @@ class NodeCommands:
                 f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.",
                 403,
             )
-        key = records[0]
-        try:
-            params = json.loads(body) if body.strip() else {}
-        except (ValueError, RecursionError) as exc:
-            raise Refused(
-                "SerializationException", f"The request body is not valid JSON: {exc}"
-            ) from exc
-        if not isinstance(params, dict):
-            raise Refused("SerializationException", "The request body must be a JSON object")
-        backend = self.state.backend
-        if backend is None:
+        return Caller(records[0], signed.region)
+
+    def backend(self) -> Backend:
+        if self.state.backend is None:
             raise Refused("NotImplementedException", "This server runs no cluster nodes", 501)
-        request = cluster_exec.command_from(params)
+        return self.state.backend
+
+    def target(self, caller: Caller, cluster_name: Any, node_id: Any) -> NodeTarget:
+        """The caller's Running node, once its policy allows `ssm:StartSession` on the
+        cluster (a cluster of another account is not found)."""
+        key = caller.key
         with self.state.db.read_session() as session:
             target = cluster_exec.locate(
-                session,
-                backend,
-                key.account_id,
-                signed.region,
-                params.get("ClusterName"),
-                params.get("NodeId"),
+                session, self.backend(), key.account_id, caller.region, cluster_name, node_id
             )
         authorise(
             key.policy,
             "ssm",
             "StartSession",
-            signed.region,
+            caller.region,
             key.account_id,
             {"ResourceArn": target.cluster_arn},
             access_key_id=key.access_key_id,
         )
-        return cluster_exec.run(backend, target, request)
+        return target
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

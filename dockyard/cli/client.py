@@ -55,6 +55,22 @@ def call(method: Any, **kwargs: Any) -> Any:
         raise fail(str(exc)) from exc
 
 
+def signed_headers(
+    data_dir: Path, region: str, method: str, url: str, data: bytes = b"", **headers: str
+) -> dict[str, str]:
+    """The headers that sign a request to one of dockyard's own endpoints with SigV4
+    (service `sagemaker`), as a SageMaker client signs (the Host header is the URL's)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    credentials = _session(data_dir, region).get_credentials()
+    if credentials is None:
+        raise fail("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass --data-dir")
+    request = AWSRequest(method=method, url=url, data=data, headers=headers)
+    SigV4Auth(credentials.get_frozen_credentials(), "sagemaker", region).add_auth(request)
+    return dict(request.prepare().headers)
+
+
 def signed_post(
     endpoint_url: str,
     data_dir: Path,
@@ -69,21 +85,12 @@ def signed_post(
     import urllib.error
     import urllib.request
 
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-
-    credentials = _session(data_dir, region).get_credentials()
-    if credentials is None:
-        raise fail("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass --data-dir")
     data = json.dumps(body).encode()
     url = endpoint_url.rstrip("/") + path
-    request = AWSRequest(
-        method="POST", url=url, data=data, headers={"Content-Type": "application/json"}
+    headers = signed_headers(
+        data_dir, region, "POST", url, data, **{"Content-Type": "application/json"}
     )
-    SigV4Auth(credentials.get_frozen_credentials(), "sagemaker", region).add_auth(request)
-    prepared = urllib.request.Request(
-        url, data=data, method="POST", headers=dict(request.prepare().headers)
-    )
+    prepared = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(prepared, timeout=timeout) as response:
             return response.status, dict(json.loads(response.read()))

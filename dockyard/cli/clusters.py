@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import secrets
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from dockyard.cli.common import (
     err_console,
     fail,
 )
+from dockyard.cli.node_shell import run_shell
 from dockyard.cli.plans import _server_now, _when, timeline
 
 app = typer.Typer(help="HyperPod clusters: long-lived nodes on demand or on training plans.")
@@ -185,48 +185,10 @@ def exec_command(
 def shell(
     cluster: str = typer.Argument(help="The cluster's name or ARN."),
     node: str = typer.Argument(help="The node's instance id (i-...)."),
-    timeout: float = typer.Option(3600, "--timeout", help="Seconds each line may run."),
     endpoint_url: EndpointUrl = DEFAULT_ENDPOINT,
     data_dir: DataDir = DEFAULT_DATA,
     region: Region = DEFAULT_REGION,
 ) -> None:
-    """A shell on a Running node, a line at a time (each line is `sh -c` in a fresh
-    sandbox of the node; the working directory and `$?` carry over, nothing else does:
-    no variables, no background jobs, no terminal). `exit` or end-of-file leaves."""
-    marker = f"__dockyard_{secrets.token_hex(8)}__"
-    # What follows each line: its status and where it left the shell, after a marker
-    # the line's own output cannot guess. A line that exits the shell never gets here.
-    trailer = f'\n__dockyard_status=$?; printf "\\n{marker}%s %s" "$__dockyard_status" "$PWD"'
-    interactive = sys.stdin.isatty()
-    cwd: str | None = None
-    code = 0
-    while True:
-        if interactive:
-            err_console.print(f"{node}:{cwd or '~'}$ ", end="", markup=False, highlight=False)
-        line = sys.stdin.readline()
-        if not line:
-            break
-        if not line.strip():
-            continue
-        status, output, _ = _run_on_node(
-            endpoint_url,
-            data_dir,
-            region,
-            cluster,
-            node,
-            # `$?` is the last line's, as in a shell.
-            ["/bin/sh", "-c", f"(exit {code})\n" + line.rstrip("\n") + trailer],
-            timeout=timeout,
-            cwd=cwd,
-        )
-        shown, found, rest = output.rpartition(f"\n{marker}".encode())
-        if not found:  # the line ended the shell (`exit`): so does the session
-            sys.stdout.buffer.write(output)
-            sys.stdout.buffer.flush()
-            raise typer.Exit(status)
-        sys.stdout.buffer.write(shown)
-        sys.stdout.buffer.flush()
-        code_text, _, where = rest.decode(errors="replace").partition(" ")
-        code = int(code_text) if code_text.isdigit() else status
-        cwd = where or cwd
-    raise typer.Exit(code)
+    """An interactive shell, with a terminal, on a Running node (in a fresh sandbox of
+    it); exit with the shell's status. Not on a terminal, stdin is streamed to it."""
+    raise typer.Exit(run_shell(endpoint_url, data_dir, region, cluster, node))

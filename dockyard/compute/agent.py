@@ -56,6 +56,7 @@ from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_forks import FORK_SERVER_FLAG
 from dockyard.compute.agent_forks import serve as serve_forks
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
+from dockyard.compute.agent_shell import NodeShells
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
@@ -334,11 +335,13 @@ class Agent:
         # of its confinement, each in a thread of its own, while this loop looks for a stop.
         assert self.spec is not None and self.confinement is not None
         commands = NodeExec(self.layout, self.confinement, self.spec)
+        shells = NodeShells(self.layout, self.confinement, self.spec)
         self.state.update(phase="running", pid=None, exit_code=0, ready_at=_iso_now())
         try:
             while not self.stop_requested():
                 commands.wait(NODE_POLL_SECONDS)
         finally:
+            shells.close()
             commands.close()
         return self._finish("stopped", stop_reason="stop")
 

@@ -230,6 +230,7 @@ class Confinement:
         uv_cache: Path | None = None,
         exec_only: bool = False,
         boot: str = BOOT,
+        pass_fds: tuple[int, ...] = (),
     ) -> Zygote:
         """Start an interpreter (`python`, as the sandbox sees it) waiting for a job.
 
@@ -238,7 +239,8 @@ class Confinement:
         One that will only `exec` a command (`exec_only`: a cold start of anything but
         `python SCRIPT`; an install) starts without `site`: nothing of an interpreter's
         own start outlives an exec, and site's imports cost more than the rest of it.
-        `boot` is what it runs: `BOOT`, or a cluster node's command runner (`agent_exec`).
+        `boot` is what it runs: `BOOT`, or a cluster node's command runner (`agent_exec`,
+        `agent_shell`); `pass_fds` are descriptors it inherits (a shell's socket pair).
         """
         bare = exec_only or install
         info = os.pipe() if self.sandbox is not None else None
@@ -257,7 +259,7 @@ class Confinement:
             raise
         # Only a parked interpreter with `site` can stand for `python SCRIPT` later.
         key = ("install",) if install else ("exec",) if exec_only else self.key(python)
-        return Zygote.start(key, command, self.base_env(python), info)
+        return Zygote.start(key, command, self.base_env(python), info, pass_fds)
 
     def run(
         self,

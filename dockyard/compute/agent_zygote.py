@@ -133,9 +133,10 @@ class Zygote:
         command: list[str],
         env: dict[str, str],
         info_fd: tuple[int, int] | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> Zygote:
         """Start `command` (which runs BOOT); `info_fd` is the (read, write) pipe its
-        bwrap was told to report on."""
+        bwrap was told to report on; `pass_fds` are handed to what it runs."""
         try:
             process = subprocess.Popen(
                 command,
@@ -145,7 +146,7 @@ class Zygote:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, as a job's process has
-                pass_fds=(info_fd[1],) if info_fd else (),
+                pass_fds=((info_fd[1],) if info_fd else ()) + pass_fds,
             )
         except BaseException:
             if info_fd:

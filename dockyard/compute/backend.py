@@ -7,6 +7,7 @@ they are. A handle is the backend's name for one instance of one job.
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Protocol
 
 from dockyard.compute.agent_exec import ExecRequest
@@ -56,4 +57,9 @@ class Backend(Protocol):
 
     def exec_cancel(self, handle: str, exec_id: str) -> None:
         """Forget a command the caller gave up on, if the node has not taken it yet."""
+        ...
+
+    def shell_connect(self, handle: str) -> socket.socket:
+        """A new interactive shell session on a running cluster node: a connected
+        socket speaking `agent_shell`'s frames. OSError if the node does not answer."""
         ...

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.clock import monotonic
-from dockyard.compute import agent_exec
+from dockyard.compute import agent_exec, agent_shell
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
@@ -315,3 +316,6 @@ class LocalBackend:
 
     def exec_cancel(self, handle: str, exec_id: str) -> None:
         agent_exec.cancel(Path(handle), exec_id)
+
+    def shell_connect(self, handle: str) -> socket.socket:
+        return agent_shell.connect(Path(handle))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,22 @@ def locate(
         )
     key = clusters.node_key(cluster, node)
     return NodeTarget(cluster.arn, cluster.name, node.instance_id, backend.handle(key, node_id))
+
+
+def open_shell(backend: Backend, target: NodeTarget) -> socket.socket:
+    """A new interactive shell session on the node (its agent's `agent_shell` frames)."""
+    if backend.poll(target.handle).get("phase") != "running" or not backend.alive(target.handle):
+        raise ConflictException(
+            f"Node {target.instance_id} of cluster {target.cluster_name} is not up; "
+            "shells run only on a Running node"
+        )
+    try:
+        return backend.shell_connect(target.handle)
+    except OSError as exc:
+        raise ConflictException(
+            f"Node {target.instance_id} of cluster {target.cluster_name} does not answer: "
+            f"{exc.strerror or exc}"
+        ) from exc
 
 
 def run(backend: Backend, target: NodeTarget, request: ExecRequest) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Getting onto a HyperPod node (`dockyard clusters exec|shell`, SSM's start-session on
+"""Getting onto a HyperPod node (`dockyard clusters exec`, SSM's start-session on
 AWS): commands run in the node's own sandbox - its host name, user, /opt/ml - for the
 node's account only, and what runs there is attacked from inside like a job's code."""
 
@@ -258,16 +258,7 @@ def test_the_cli(manual_server: DockyardServer) -> None:
     assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr
     done = cli(server, "clusters", "exec", "research", "i-0", "--", "true")
     assert done.returncode == 1 and "ResourceNotFound" in done.stderr
-
-    # The shell: a line at a time, in the working directory the last line left.
-    done = cli(server, "clusters", "shell", "research", node, stdin="echo hi\nexit\n")
-    assert (done.returncode, done.stdout) == (0, "hi\n"), done.stderr
-    script = "cd /opt/ml\npwd\ncat marker.txt\nfalse\necho $?; exit 5\necho never\n"
-    done = cli(server, "clusters", "shell", "research", node, stdin=script)
-    assert done.returncode == 5, done.stderr
-    assert done.stdout == "/opt/ml\nmade by on-create\n1\n"
-    done = cli(server, "clusters", "shell", "research", node, stdin="hostname\n")
-    assert (done.returncode, done.stdout) == (0, f"{node}\n")
+    # `clusters shell` (a terminal) is tested in test_cluster_shell.py.
 
 
 def test_a_node_that_goes_ends_its_commands(manual_server: DockyardServer) -> None:
