@@ -25,7 +25,6 @@ from dockyard.api import sigv4
 from dockyard.api.authorise import authorise
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
-from dockyard.clock import wall_now
 from dockyard.compute.backend import Backend
 from dockyard.services import cluster_exec
 from dockyard.services.accounts import KeyRecord
@@ -119,24 +118,8 @@ class NodeCommands:
         body: bytes,
     ) -> Caller:
         """Who signed the request (SigV4, service `sagemaker`, one of dockyard's keys)."""
-        records: list[Any] = []
-
-        def secret_for(access_key_id: str) -> str | None:
-            record = self.keys.get(access_key_id)
-            if record is None:
-                return None
-            records.append(record)
-            return record.secret_access_key
-
-        signed = sigv4.verify(
-            method=method,
-            raw_path=raw_path,
-            query_string=query_string,
-            headers=headers,
-            body=body,
-            secret_for=secret_for,
-            now=wall_now(),
-            max_skew=self.max_skew,
+        signed, key = self.keys.verify(
+            method, raw_path, query_string, headers, body, self.max_skew
         )
         if signed.service != SIGNING_SERVICE:
             raise Refused(
@@ -144,7 +127,7 @@ class NodeCommands:
                 f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.",
                 403,
             )
-        return Caller(records[0], signed.region)
+        return Caller(key, signed.region)
 
     def backend(self) -> Backend:
         if self.state.backend is None:

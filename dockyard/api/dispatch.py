@@ -23,7 +23,6 @@ from dockyard.api.keys import KeyCache
 from dockyard.api.serialise import serialise_output
 from dockyard.api.shapes import ValidationError, parse_input
 from dockyard.api.targets import ServiceTarget, query_targets, targets
-from dockyard.clock import wall_now
 from dockyard.services.errors import ServiceError
 
 log = logging.getLogger("dockyard.api")
@@ -129,26 +128,9 @@ class Dispatcher:
         target_header, xml = _protocol(headers)
         try:
             operation = target_header or "-"
-            record_box: list[Any] = []
-
-            def secret_for(access_key_id: str) -> str | None:
-                record = self.keys.get(access_key_id)
-                if record is None:
-                    return None
-                record_box.append(record)
-                return record.secret_access_key
-
-            signed = sigv4.verify(
-                method=method,
-                raw_path=raw_path,
-                query_string=query_string,
-                headers=headers,
-                body=body,
-                secret_for=secret_for,
-                now=wall_now(),
-                max_skew=self.max_skew,
+            signed, key = self.keys.verify(
+                method, raw_path, query_string, headers, body, self.max_skew
             )
-            key = record_box[0]
             if not target_header and signed.service in query_targets():
                 return self._query(request_id, signed, key, body)
             service, name = self._route(target_header)

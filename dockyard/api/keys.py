@@ -7,8 +7,11 @@ only hits are cached, and a miss always asks the database.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from datetime import timedelta
 
-from dockyard.clock import monotonic
+from dockyard.api import sigv4
+from dockyard.clock import monotonic, wall_now
 from dockyard.secretbox import SecretBox
 from dockyard.services import accounts
 from dockyard.services.accounts import KeyRecord
@@ -40,3 +43,35 @@ class KeyCache:
             else:
                 self._entries[access_key_id] = (now, record)
         return record
+
+    def verify(
+        self,
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        max_skew: timedelta,
+    ) -> tuple[sigv4.SignedRequest, KeyRecord]:
+        """A request's SigV4 signature checked against the key it names: what it was
+        signed for, and by which key (raises sigv4.AuthError otherwise)."""
+        found: list[KeyRecord] = []
+
+        def secret_for(access_key_id: str) -> str | None:
+            record = self.get(access_key_id)
+            if record is None:
+                return None
+            found.append(record)
+            return record.secret_access_key
+
+        signed = sigv4.verify(
+            method=method,
+            raw_path=raw_path,
+            query_string=query_string,
+            headers=headers,
+            body=body,
+            secret_for=secret_for,
+            now=wall_now(),
+            max_skew=max_skew,
+        )
+        return signed, found[0]
