@@ -176,8 +176,14 @@ async def fleet_health_endpoint(request: Request) -> JSONResponse:
             )
             ended: list[int] = []
             if body.get("health") != fleet.HEALTHY:
+                # An UltraServer's warm pools hold their instances by id; others by pool.
                 ended = warm_pools.terminate_on(
-                    session, {row.pool_key for row in rows}, now, MAINTENANCE, state.plans
+                    session,
+                    {row.pool_key for row in rows if row.ultraserver_id is None},
+                    now,
+                    MAINTENANCE,
+                    state.plans,
+                    instance_ids={row.id for row in rows if row.ultraserver_id is not None},
                 )
             return {
                 "instances": [row.id for row in rows],

@@ -288,17 +288,24 @@ def terminate(
 
 
 def terminate_on(
-    session: Session, pool_keys: set[str], now: datetime, reason: str, plans: PlanSettings
+    session: Session,
+    pool_keys: set[str],
+    now: datetime,
+    reason: str,
+    plans: PlanSettings,
+    instance_ids: set[str] | frozenset[str] = frozenset(),
 ) -> list[int]:
-    """Terminate the Available warm pools on these capacity pools (their instances are
-    being taken out of service, SPEC §5.10); answer their ids."""
+    """Terminate the Available warm pools on these capacity pools, or on these very
+    instances (an UltraServer's pools hold theirs by id) - their instances are being
+    taken out of service (SPEC §5.10); answer their ids."""
     capacity.lock(session)  # before the pools are read (see expire)
     ended = [
         pool
         for pool in session.scalars(
             select(WarmPool).where(WarmPool.status == WarmPoolStatus.AVAILABLE.value)
         )
-        if _placement(pool).pool in pool_keys
+        if (placement := _placement(pool)).pool in pool_keys
+        or instance_ids.intersection(placement.instances)
     ]
     for pool in ended:
         terminate(session, pool, now, reason, plans)

@@ -392,3 +392,45 @@ def test_a_job_on_an_ultraserver_moves_to_the_spare_when_its_instance_fails(
         ][0]["ReservedCapacityArn"]
     )["UltraServers"]
     assert servers[0]["UnhealthyInstanceCount"] == 1
+
+
+def test_a_warm_pool_on_an_ultraserver_ends_with_its_own_instance(
+    manual_server: DockyardServer,
+) -> None:
+    """A warm pool kept on an UltraServer block holds its instances by id: another
+    instance's failure leaves it be, its own ends it."""
+    server = manual_server
+    client = server.client()
+    d0 = tomorrow_at(6)
+    set_clock(server, d0)
+    offering = search(
+        client,
+        UltraServerType="ml.u-p6e-gb200x72",
+        UltraServerCount=1,
+        DurationHours=24,
+        StartTimeAfter=at(d0, 0),
+    )[0]
+    plan_arn = client.create_training_plan(
+        TrainingPlanName="nvl-warm", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )["TrainingPlanArn"]
+    set_clock(server, offering["ReservedCapacityOfferings"][0]["StartTime"])
+    request = stepper(server, "kept", None, steps=5)
+    request["ResourceConfig"] = {
+        "InstanceType": "ml.p6e-gb200.36xlarge",
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "TrainingPlanArn": plan_arn,
+        "KeepAlivePeriodInSeconds": 600,
+    }
+    client.create_training_job(**request)
+    assert wait_for(client, "kept", {"Completed", "Failed"})["TrainingJobStatus"] == "Completed"
+    wait_warm(client, "kept", "Available", server)
+    [mine] = _placed_instances(server, "kept")
+    other = mine[:-2] + ("18" if not mine.endswith("18") else "17")
+    fail = ("fleet", "fail", "--endpoint-url", server.endpoint)
+    run_cli(*fail[:2], other, *fail[2:], data_dir=server.data_dir)
+    settle(server)
+    status = client.describe_training_job(TrainingJobName="kept")["WarmPoolStatus"]["Status"]
+    assert status == "Available"
+    run_cli(*fail[:2], mine, *fail[2:], data_dir=server.data_dir)
+    wait_warm(client, "kept", "Terminated", server)
