@@ -162,3 +162,35 @@ def test_a_client_that_goes_leaves_no_shell_behind(manual_server: DockyardServer
     while sandbox_processes(uid):
         assert time.monotonic() < deadline, sandbox_processes(uid)
         time.sleep(0.1)
+
+
+def test_a_node_that_goes_ends_its_shell(manual_server: DockyardServer) -> None:
+    """The node is let go (its cluster deleted) while a shell is open: the session ends
+    with the node's stop, and nothing of the shell is left."""
+    from websockets.sync.client import connect
+
+    server = manual_server
+    node = up(server)
+    _, uid_text = run_on(server, "research", node, "id", "-u")
+    uid = int(uid_text)
+    url, headers = signed(server, {"ClusterName": "research", "NodeId": node})
+    with connect(url, additional_headers=headers, open_timeout=60) as connection:
+        connection.send(b"echo open-$((40+2))\n")
+        read_until(connection, b"open-42")
+        server.client().delete_cluster(ClusterName="research")
+        outcome: dict[str, Any] | None = None
+        deadline = time.monotonic() + 90
+        while outcome is None:
+            assert time.monotonic() < deadline, "the shell outlived its node"
+            try:
+                message = connection.recv(timeout=1)
+            except TimeoutError:
+                continue
+            if isinstance(message, str):
+                outcome = json.loads(message)
+        # Ended by the node's stop: killed, as a container's process is (137).
+        assert outcome == {"ExitCode": 137}, outcome
+    deadline = time.monotonic() + 60
+    while sandbox_processes(uid):
+        assert time.monotonic() < deadline, sandbox_processes(uid)
+        time.sleep(0.1)
