@@ -156,7 +156,11 @@ def test_a_client_that_goes_leaves_no_shell_behind(manual_server: DockyardServer
     with connect(url, additional_headers=headers, open_timeout=60) as connection:
         connection.send(b"sleep 1234 & echo started-$((40+2))\n")
         read_until(connection, b"started-42")
-        assert any("sleep 1234" in line for line in sandbox_processes(uid))
+        # The background child may not have become `sleep` yet when the echo is read.
+        deadline = time.monotonic() + 60
+        while not any("sleep 1234" in line for line in sandbox_processes(uid)):
+            assert time.monotonic() < deadline, sandbox_processes(uid)
+            time.sleep(0.05)
     # Gone without a word (the connection closed, the shell still running).
     deadline = time.monotonic() + 60
     while sandbox_processes(uid):
