@@ -60,6 +60,7 @@ from dockyard.compute.agent_shell import NodeShells
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
+from dockyard.compute.private_files import write_private
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
 from dockyard.domain.metrics import Scraper
 
@@ -80,14 +81,6 @@ METRICS_WRITE_SECONDS = 1.0
 
 def _iso_now() -> str:
     return wall_now().isoformat()
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # The control plane may read at any moment: it must see the old file or the new one.
-    # A temporary name of this process's own: the backend writes agent.pid too.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class State:
@@ -120,7 +113,7 @@ class State:
     def update(self, **changes: Any) -> None:
         with self._lock:
             self.data.update(changes)
-            _write_atomically(self.path, json.dumps(self.data, indent=2))
+            write_private(self.path, json.dumps(self.data, indent=2))
         self._on_change()
 
 
@@ -203,7 +196,7 @@ class Agent:
         previous = self._previous_state()
         if previous is not None and previous.get("phase") in TERMINAL_PHASES:
             return 0  # a finished instance is never run twice
-        _write_atomically(self.layout.pid_file, f"{os.getpid()}\n")
+        write_private(self.layout.pid_file, f"{os.getpid()}\n")
         self.state.update(phase="downloading", started_at=_iso_now())
         if previous is not None:
             # An earlier agent died mid-job. A sandboxed job died with it (its sandbox

@@ -36,6 +36,7 @@ from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote
+from dockyard.compute.private_files import write_private
 
 # What one command may bring back (more is cut, and says so) and take in.
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -47,10 +48,11 @@ MAX_RUNNING = 8
 STALE_RESULT_SECONDS = 3600.0
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
-# Runs in the sandbox (as the node's user, `python -S -c`): reads one JSON line from
-# stdin byte by byte, so that nothing after it is consumed - the rest of stdin is the
-# command's - then becomes the command.
-EXEC_BOOT = """\
+# How every program started on a node's sandbox begins (as the node's user, `python
+# -S -c`): readier than the node's agent to be killed for memory, then one JSON line
+# read from stdin byte by byte, so that nothing after it is consumed - the rest of
+# stdin is the program's - into `job`.
+BOOT_PRELUDE = """\
 import json, os
 try:
     with open("/proc/self/oom_score_adj", "w") as f:
@@ -64,6 +66,11 @@ while not line.endswith(b"\\n"):
         raise SystemExit(0)
     line += c
 job = json.loads(line)
+"""
+# A command (`dockyard clusters exec`): the prelude, then it becomes the command.
+EXEC_BOOT = (
+    BOOT_PRELUDE
+    + """\
 for where in (job["cwd"], job["env"].get("HOME", "/"), "/"):
     try:
         os.chdir(where)
@@ -77,6 +84,7 @@ except OSError as exc:
     os.write(2, f"dockyard: cannot run {job['argv'][0]}: {exc.strerror}\\n".encode())
     os._exit(127)
 """
+)
 
 
 def requests_dir(root: Path) -> Path:
@@ -121,14 +129,6 @@ class ExecRequest:
         )
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 # -- the server's side (through the backend) -------------------------------------------
 
 
@@ -137,7 +137,7 @@ def write_request(root: Path, exec_id: str, request: ExecRequest) -> None:
         raise ValueError(f"not an exec id: {exec_id!r}")
     directory = requests_dir(root)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_atomically(directory / f"{exec_id}.json", request.to_json())
+    write_private(directory / f"{exec_id}.json", request.to_json())
 
 
 def read_result(root: Path, exec_id: str) -> dict[str, Any] | None:
@@ -273,7 +273,7 @@ class NodeExec:
             "output": base64.b64encode(output).decode(),
             "truncated": truncated,
         }
-        _write_atomically(self.outbox / f"{exec_id}.json", json.dumps(result))
+        write_private(self.outbox / f"{exec_id}.json", json.dumps(result))
 
     def _run(self, exec_id: str, request: ExecRequest) -> tuple[int, bytes, bool]:
         confinement = self.confinement

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.compute.agent_env import Layout
+from dockyard.compute.agent_exec import BOOT_PRELUDE
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote
@@ -67,23 +68,14 @@ EOF = b"e"
 EXIT = b"x"
 ERROR = b"!"
 
-# Runs in the sandbox (as the node's user, `python -S -c`): reads one JSON line from
-# stdin, opens a pseudo-terminal (the sandbox's own devpts), sends its master to the
-# agent over the inherited socket, and becomes the shell, session leader on the slave.
-SHELL_BOOT = """\
-import fcntl, json, os, socket, struct, termios
-try:
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("500")
-except OSError:
-    pass
-line = b""
-while not line.endswith(b"\\n"):
-    c = os.read(0, 1)
-    if not c:
-        raise SystemExit(0)
-    line += c
-job = json.loads(line)
+# Runs in the sandbox (as the node's user, `python -S -c`): after the prelude's JSON
+# line (`agent_exec.BOOT_PRELUDE`), opens a pseudo-terminal (the sandbox's own devpts),
+# sends its master to the agent over the inherited socket, and becomes the shell,
+# session leader on the slave.
+SHELL_BOOT = (
+    BOOT_PRELUDE
+    + """\
+import fcntl, socket, struct, termios
 master, slave = os.openpty()
 fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", job["rows"], job["cols"], 0, 0))
 channel = socket.socket(fileno=job["fd"])
@@ -113,6 +105,7 @@ except OSError as exc:
     os.write(2, f"dockyard: cannot run {shell}: {exc.strerror}\\r\\n".encode())
     os._exit(127)
 """
+)
 
 
 def socket_path(root: Path) -> Path:

@@ -29,6 +29,7 @@ from dockyard.compute import agent_exec, agent_shell
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
+from dockyard.compute.private_files import write_private
 from dockyard.compute.sandbox_limits import remove_for
 from dockyard.compute.sandbox_network import sweep as sweep_networks
 
@@ -41,16 +42,6 @@ AGENT_MARKER = AGENT_MODULE.encode()
 # (some tools still read uids as signed 32-bit numbers).
 SANDBOX_UID_BASE = 2_100_000_000
 SANDBOX_UID_COUNT = 40_000_000
-
-
-def _write_private(path: Path, text: str) -> None:
-    # A spec may carry S3 credentials: readable by its owner only; replaced atomically,
-    # through a temporary name of this process's own (an agent writes agent.pid too).
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def end_agents(data_dir: Path, grace: float = 5.0) -> None:
@@ -150,7 +141,7 @@ class LocalBackend:
             if taken >= SANDBOX_UID_COUNT:
                 raise RuntimeError("every sandbox uid is taken")
             uid = SANDBOX_UID_BASE + taken
-            _write_private(path, str(uid))
+            write_private(path, str(uid))
             return uid
 
     def _with_uid(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -177,11 +168,11 @@ class LocalBackend:
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             (root / "attempt").write_text(str(attempt))
-            _write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
+            write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
             pid = self._start_agent(root)
             # Written here as well as by the agent (which starts later): a server
             # sharing the data dir that steps the job next must find it launched.
-            _write_private(root / "agent.pid", f"{pid}\n")
+            write_private(root / "agent.pid", f"{pid}\n")
         return handles
 
     def _start_agent(self, root: Path) -> int:
@@ -236,7 +227,7 @@ class LocalBackend:
             handles.append(str(run))
             run.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not (run / "job.json").exists():
-                _write_private(run / "job.json", json.dumps(self._with_uid(spec), indent=2))
+                write_private(run / "job.json", json.dumps(self._with_uid(spec), indent=2))
             if not (run / "agent.pid").exists():
                 # The same process: alive() and "never launch twice" read this file.
                 shutil.copyfile(home / "agent.pid", run / "agent.pid")

@@ -233,16 +233,18 @@ class ClustersReconciler:
             return True, None
         failed = next((n for n in nodes if n.status == NodeStatus.FAILURE.value), None)
         running = sum(1 for n in nodes if n.status == NodeStatus.RUNNING.value)
-        if status == ClusterStatus.CREATING:
-            if failed is not None:
+        if status in (ClusterStatus.CREATING, ClusterStatus.UPDATING):
+            wanted = sum(
+                int(g["InstanceCount"])
+                if status == ClusterStatus.CREATING
+                else service.wanted_now(session, g, now)
+                for g in groups
+            )
+            new_status = rules.cluster_status(status, running, wanted, failed is not None)
+            if new_status == ClusterStatus.FAILED and failed is not None:
                 cluster.failure_message = f"Node {failed.instance_id}: {failed.message}"[:1024]
-                service.set_status(cluster, ClusterStatus.FAILED, now)
-                busy = True
-            elif running >= sum(int(g["InstanceCount"]) for g in groups):
-                service.set_status(cluster, ClusterStatus.IN_SERVICE, now)
-        elif status == ClusterStatus.UPDATING:
-            if running >= sum(service.wanted_now(session, g, now) for g in groups):
-                service.set_status(cluster, ClusterStatus.IN_SERVICE, now)
+                busy = True  # its nodes are let go next
+            service.set_status(cluster, new_status, now)
         moments = []
         for group in groups:
             if group.get("TrainingPlanArn"):

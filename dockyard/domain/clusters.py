@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from dockyard.domain import plan_jobs
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.transitions import Transitions
 
@@ -83,21 +84,17 @@ def work_ends(block: Block) -> datetime:
 
 def usable(block: Block, now: datetime) -> bool:
     """Whether a plan's nodes may run on `block` at `now`."""
-    return block.start <= now < work_ends(block)
+    return plan_jobs.usable(block, now, CUTOFF)
 
 
 def current_block(blocks: Sequence[Block], now: datetime) -> Block | None:
-    return next((b for b in blocks if usable(b, now)), None)
+    return plan_jobs.current(blocks, now, CUTOFF)
 
 
 def next_moment(blocks: Sequence[Block], now: datetime) -> datetime | None:
     """The next moment a plan's nodes come or go: a block's start or its cutoff."""
     moments = [m for b in blocks for m in (b.start, work_ends(b)) if m > now]
     return min(moments, default=None)
-
-
-def plan_ended(blocks: Sequence[Block], now: datetime) -> bool:
-    return all(work_ends(b) <= now for b in blocks)
 
 
 def plan_group_message(blocks: Sequence[Block], now: datetime) -> str | None:
@@ -114,14 +111,12 @@ def plan_group_message(blocks: Sequence[Block], now: datetime) -> str | None:
 
 
 def cluster_status(
-    current: ClusterStatus, nodes: Sequence[NodeStatus], wanted: int, failed: bool
+    current: ClusterStatus, running: int, wanted: int, failed: bool
 ) -> ClusterStatus:
-    """Where a live cluster is, from its nodes: InService once every node it wants now
-    runs (a plan's group waiting for its block wants none), Failed if its first
-    nodes could not come up, else as it was."""
-    if current == ClusterStatus.DELETING:
-        return current
-    running = sum(1 for n in nodes if n == NodeStatus.RUNNING)
+    """Where a live cluster goes from what its nodes do: a cluster being created fails if
+    a node failed, and one being created or updated is InService once `running` reaches
+    `wanted` (being created: every node of every group; updated: the nodes its groups
+    want now - a plan's group outside a usable block wants none)."""
     if current == ClusterStatus.CREATING and failed:
         return ClusterStatus.FAILED
     if current in (ClusterStatus.CREATING, ClusterStatus.UPDATING) and running >= wanted:

@@ -32,13 +32,14 @@ class Block:
         return self.end - CUTOFF
 
 
-def usable(block: Block, now: datetime) -> bool:
-    """Whether a job may start or keep running on `block` at `now`."""
-    return block.start <= now < block.work_ends
+def usable(block: Block, now: datetime, cutoff: timedelta = CUTOFF) -> bool:
+    """Whether work may start or keep running on `block` at `now`: from its start until
+    `cutoff` before its end (30 minutes for training jobs; HyperPod nodes use 1 hour)."""
+    return block.start <= now < block.end - cutoff
 
 
-def current(blocks: Sequence[Block], now: datetime) -> Block | None:
-    return next((b for b in blocks if usable(b, now)), None)
+def current(blocks: Sequence[Block], now: datetime, cutoff: timedelta = CUTOFF) -> Block | None:
+    return next((b for b in blocks if usable(b, now, cutoff)), None)
 
 
 def upcoming(blocks: Sequence[Block], now: datetime) -> Block | None:

@@ -44,7 +44,11 @@ def taken(session: Session, block_id: str, but: int | None = None) -> set[str]:
     """Instances of the block held now: by running jobs (all but job `but`), warm pools
     kept on it, and cluster nodes (going ones too, until they are gone)."""
     held: set[str] = set()
-    jobs = session.scalars(select(TrainingJob).where(TrainingJob.status.in_(RUNNING)))
+    jobs = session.scalars(
+        select(TrainingJob).where(  # only a plan's jobs run on a block
+            TrainingJob.status.in_(RUNNING), TrainingJob.training_plan_arn.is_not(None)
+        )
+    )
     for job in jobs:
         placement = Placement.of_job(job.runtime)
         if job.id != but and placement is not None and placement.block == block_id:
@@ -99,7 +103,10 @@ def failed(session: Session, instance_ids: set[str]) -> set[str]:
 def holders(session: Session) -> dict[str, str]:
     """Instance id -> what holds it by id now (for the fleet view): a job or a node."""
     held: dict[str, str] = {}
-    for job in session.scalars(select(TrainingJob).where(TrainingJob.status.in_(RUNNING))):
+    plan_jobs = select(TrainingJob).where(
+        TrainingJob.status.in_(RUNNING), TrainingJob.training_plan_arn.is_not(None)
+    )
+    for job in session.scalars(plan_jobs):
         placement = Placement.of_job(job.runtime)
         for instance in placement.instances if placement is not None else ():
             held[instance] = f"training-job {job.arn}"

@@ -38,3 +38,33 @@ def search(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
 def plan_status(client: Any, name: str) -> tuple[str, list[str]]:
     plan = client.describe_training_plan(TrainingPlanName=name)
     return plan["Status"], [b["Status"] for b in plan["ReservedCapacitySummaries"]]
+
+
+ULTRASERVER_TYPE = "ml.u-p6e-gb200x72"
+GB200 = "ml.p6e-gb200.36xlarge"  # the instances of one
+
+
+def ultraserver_plan(
+    server: DockyardServer, name: str, spares: int = 0, target: str = "training-job"
+) -> tuple[str, datetime]:
+    """A plan of one UltraServer for a day from tomorrow 11:30 UTC, bought with the clock
+    set to 06:00 before it: its ARN and its block's start."""
+    client = server.client()
+    day0 = tomorrow_at(6)
+    set_clock(server, day0)
+    offering = search(
+        client,
+        TargetResources=[target],
+        UltraServerType=ULTRASERVER_TYPE,
+        UltraServerCount=1,
+        DurationHours=24,
+        StartTimeAfter=day0.replace(hour=11, minute=30),
+    )[0]
+    request: dict[str, Any] = {
+        "TrainingPlanName": name,
+        "TrainingPlanOfferingId": offering["TrainingPlanOfferingId"],
+    }
+    if spares:
+        request["SpareInstanceCountPerUltraServer"] = spares
+    arn = client.create_training_plan(**request)["TrainingPlanArn"]
+    return str(arn), offering["ReservedCapacityOfferings"][0]["StartTime"]

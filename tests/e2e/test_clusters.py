@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.plan_helpers import search, set_clock, settle, tomorrow_at
+from tests.e2e.plan_helpers import GB200, search, set_clock, settle, tomorrow_at, ultraserver_plan
 from tests.harness import DockyardServer, run_cli
 
 P5 = "ml.p5.48xlarge"
@@ -322,30 +322,15 @@ def test_an_ultraserver_heals_from_its_spare_then_is_impaired(
 ) -> None:
     server = manual_server
     client = server.client()
-    d0 = tomorrow_at(6)
-    set_clock(server, d0)
-    offering = search(
-        client,
-        TargetResources=["hyperpod-cluster"],
-        UltraServerType="ml.u-p6e-gb200x72",
-        UltraServerCount=1,
-        DurationHours=24,
-        StartTimeAfter=at(d0, 0),
-    )[0]
-    plan_arn = client.create_training_plan(
-        TrainingPlanName="nvl72",
-        TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
-        SpareInstanceCountPerUltraServer=1,
-    )["TrainingPlanArn"]
-    start = offering["ReservedCapacityOfferings"][0]["StartTime"]
-    gb200 = "ml.p6e-gb200.36xlarge"
+    plan_arn, start = ultraserver_plan(server, "nvl72", spares=1, target="hyperpod-cluster")
+
     with pytest.raises(ClientError) as error:  # 18 instances, one a spare: 17 usable
         client.create_cluster(
-            ClusterName="too-big", InstanceGroups=[group("g", 18, gb200, TrainingPlanArn=plan_arn)]
+            ClusterName="too-big", InstanceGroups=[group("g", 18, GB200, TrainingPlanArn=plan_arn)]
         )
     assert "17 usable instances" in error.value.response["Error"]["Message"]
     client.create_cluster(
-        ClusterName="nvl", InstanceGroups=[group("gpus", 17, gb200, TrainingPlanArn=plan_arn)]
+        ClusterName="nvl", InstanceGroups=[group("gpus", 17, GB200, TrainingPlanArn=plan_arn)]
     )
     set_clock(server, start)
     wait_cluster(server, client, "nvl", "InService", timeout=180)

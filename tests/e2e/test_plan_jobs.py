@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.plan_helpers import search, set_clock, settle, tomorrow_at
+from tests.e2e.plan_helpers import GB200, search, set_clock, settle, tomorrow_at, ultraserver_plan
 from tests.e2e.test_training_jobs import s3_path, script_job, wait_for
 from tests.e2e.test_warm_pools import wait_warm
 from tests.harness import UID, WAIT_FOR_GATE, DockyardServer, open_gate, run_cli
@@ -347,29 +347,16 @@ def test_a_job_on_an_ultraserver_moves_to_the_spare_when_its_instance_fails(
         "Completed"
     )
     expected = model_of(server, "reference")
-    d0 = tomorrow_at(6)
-    set_clock(server, d0)
-    offering = search(
-        client,
-        UltraServerType="ml.u-p6e-gb200x72",
-        UltraServerCount=1,
-        DurationHours=24,
-        StartTimeAfter=at(d0, 0),
-    )[0]
-    plan_arn = client.create_training_plan(
-        TrainingPlanName="nvl",
-        TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
-        SpareInstanceCountPerUltraServer=1,
-    )["TrainingPlanArn"]
+    plan_arn, start = ultraserver_plan(server, "nvl", spares=1)
     request = stepper(server, "on-nvl", None, pause="0.1")
     request["ResourceConfig"] = {
-        "InstanceType": "ml.p6e-gb200.36xlarge",
+        "InstanceType": GB200,
         "InstanceCount": 1,
         "VolumeSizeInGB": 10,
         "TrainingPlanArn": plan_arn,
     }
     client.create_training_job(**request)
-    set_clock(server, offering["ReservedCapacityOfferings"][0]["StartTime"])
+    set_clock(server, start)
     wait_line(server, "on-nvl", "checkpoint 15")
     [first] = _placed_instances(server, "on-nvl")
     run_cli("fleet", "fail", first, "--endpoint-url", server.endpoint, data_dir=server.data_dir)
@@ -401,22 +388,11 @@ def test_a_warm_pool_on_an_ultraserver_ends_with_its_own_instance(
     instance's failure leaves it be, its own ends it."""
     server = manual_server
     client = server.client()
-    d0 = tomorrow_at(6)
-    set_clock(server, d0)
-    offering = search(
-        client,
-        UltraServerType="ml.u-p6e-gb200x72",
-        UltraServerCount=1,
-        DurationHours=24,
-        StartTimeAfter=at(d0, 0),
-    )[0]
-    plan_arn = client.create_training_plan(
-        TrainingPlanName="nvl-warm", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
-    )["TrainingPlanArn"]
-    set_clock(server, offering["ReservedCapacityOfferings"][0]["StartTime"])
+    plan_arn, start = ultraserver_plan(server, "nvl-warm")
+    set_clock(server, start)
     request = stepper(server, "kept", None, steps=5)
     request["ResourceConfig"] = {
-        "InstanceType": "ml.p6e-gb200.36xlarge",
+        "InstanceType": GB200,
         "InstanceCount": 1,
         "VolumeSizeInGB": 10,
         "TrainingPlanArn": plan_arn,
