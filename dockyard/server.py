@@ -117,6 +117,7 @@ def build(settings: Settings) -> Server:
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
     backend = LocalBackend(settings.data_dir)
+    box = SecretBox.for_data_dir(settings.data_dir)
     # The calendar in memory, shared by searches and on-demand placement.
     calendars = CalendarCache()
     jobs = JobsReconciler(db, clock, backend, settings, plans, calendars)
@@ -124,7 +125,7 @@ def build(settings: Settings) -> Server:
         [
             ("plans", PlansReconciler(db, clock, plans)),
             ("jobs", jobs),
-            ("clusters", ClustersReconciler(db, clock, backend, settings)),
+            ("clusters", ClustersReconciler(db, clock, backend, settings, box)),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
         ],
         interval_seconds=settings.reconcile_interval_seconds,
@@ -138,7 +139,6 @@ def build(settings: Settings) -> Server:
 
     listener = Listener(wake.socket_path(settings.data_dir), woken)
     listener.start()
-    box = SecretBox.for_data_dir(settings.data_dir)
     development = bootstrap.ensure_development_access(
         db, box, settings.data_dir, clock.now(), settings.default_region, plans
     )

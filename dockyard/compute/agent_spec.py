@@ -57,9 +57,11 @@ class JobSpec:
     # 1, or the attempt of a job on a training plan resumed in a later block (fresh
     # instances: its checkpoints come back from S3).
     attempt: int = 1
-    # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group"}. Its command
-    # is the group's OnCreate script; once that succeeded the node stays up ("running")
-    # until it is stopped, and nothing is uploaded.
+    # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group", and, when
+    # its S3 is dockyard's own, "s3": {"host", "port" (the server's), "access_key_id",
+    # "secret_access_key", "region" (the node's credentials)}}. Its command is the
+    # group's OnCreate script; once that succeeded the node stays up ("running") until
+    # it is stopped, and nothing is uploaded.
     node: dict[str, Any] | None = None
 
     @classmethod

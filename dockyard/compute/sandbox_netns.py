@@ -24,7 +24,11 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 NETNS_DIR = Path("/run/netns")
 
@@ -38,6 +42,7 @@ _IFREQ = "16sH22x"  # struct ifreq: the interface's name, then ifr_flags
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 class NetnsError(Exception):
@@ -64,23 +69,52 @@ def _enter_new() -> int:
 def new() -> int:
     """A new network namespace with its loopback up, as a descriptor (not inherited by
     child processes): it lives while the descriptor, or anything in it, does."""
-    made: list[int] = []
+    # The thread ends inside the new namespace: nothing else ever runs in that thread.
+    return _in_thread(_enter_new)
+
+
+def _in_thread(work: Callable[[], T]) -> T:
+    """Run `work` in a short-lived thread of its own and answer what it answered: a
+    thread that changes its network namespace never runs anything else."""
+    made: list[T] = []
     failure: list[BaseException] = []
 
-    def make() -> None:
+    def run() -> None:
         try:
-            made.append(_enter_new())
+            made.append(work())
         except BaseException as exc:  # reported by the caller's thread
             failure.append(exc)
 
-    # The thread ends inside the new namespace: nothing else ever runs in that thread.
-    thread = threading.Thread(target=make, name="dockyard-netns", daemon=True)
+    thread = threading.Thread(target=run, name="dockyard-netns", daemon=True)
     thread.start()
     thread.join()
     if failure:
         error = failure[0]
         raise error if isinstance(error, NetnsError) else NetnsError(str(error)) from error
     return made[0]
+
+
+def listen(namespace: str, host: str, port: int, backlog: int) -> socket.socket:
+    """A TCP socket listening on host:port inside the network namespace `namespace` (a
+    path such as /proc/PID/fd/N). It stays in that namespace: whoever accepts on it
+    talks with that network, from wherever it runs."""
+
+    def make() -> socket.socket:
+        fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_libc.setns(fd, _CLONE_NEWNET), "setns(CLONE_NEWNET)")
+        finally:
+            os.close(fd)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, port))
+            sock.listen(backlog)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    return _in_thread(make)
 
 
 def inode(fd: int) -> int:

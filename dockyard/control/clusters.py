@@ -27,6 +27,7 @@ from dockyard.control.jobs.specs import HostSpecs
 from dockyard.control.loop import seconds_until
 from dockyard.domain import clusters as rules
 from dockyard.domain.clusters import ClusterStatus, NodeStatus
+from dockyard.secretbox import SecretBox
 from dockyard.services import capacity, cluster_nodes
 from dockyard.services import clusters as service
 from dockyard.store.db import Database
@@ -54,8 +55,11 @@ class Work:
 
 
 class ClustersReconciler:
-    def __init__(self, db: Database, clock: Clock, backend: Backend, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, clock: Clock, backend: Backend, settings: Settings, box: SecretBox
+    ) -> None:
         self.db = db
+        self.box = box  # the nodes' own access keys' secrets go into their specs
         self.clock = clock
         self.backend = backend
         self.specs = HostSpecs(settings)
@@ -144,11 +148,14 @@ class ClustersReconciler:
         for node in service.nodes_of(session, cluster):
             group = service.group_spec(cluster, node.instance_group)
             # A failed node runs nothing (NodeRecovery None keeps it, failed).
-            spec = (
-                None
-                if node.shutdown_requested or group is None or node.status == FAILURE
-                else self.specs.for_node(cluster, group, node)
-            )
+            spec = None
+            if not (node.shutdown_requested or group is None or node.status == FAILURE):
+                credentials = (
+                    cluster_nodes.node_credentials(session, self.box, node, now)
+                    if self.specs.nodes_reach_s3
+                    else None
+                )
+                spec = self.specs.for_node(cluster, group, node, credentials)
             work.append(Work(node.instance_id, service.node_key(cluster, node), spec))
         return work
 
@@ -210,8 +217,9 @@ class ClustersReconciler:
                 if alive:
                     busy = True
                     continue
-                # Gone: its row, and on demand its lease, go too.
+                # Gone: its row, its access key, and on demand its lease, go too.
                 capacity.release(session, service.node_holder(cluster, node.instance_id))
+                cluster_nodes.forget_credentials(session, node)
                 session.delete(node)
                 continue
             if node.status == FAILURE:

@@ -5,18 +5,20 @@ UltraServer, `ultraserver_capacity`) or on demand, its lease written (SPEC §3.5
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, object_session
 
 from dockyard.domain import clusters as rules
 from dockyard.domain import ultraservers
 from dockyard.domain.clusters import NODE_TRANSITIONS, NodeStatus
 from dockyard.domain.plan_jobs import Block
-from dockyard.services import capacity, plan_jobs, ultraserver_capacity
+from dockyard.secretbox import SecretBox
+from dockyard.services import accounts, capacity, plan_jobs, ultraserver_capacity
 from dockyard.services.clusters import (
     find,
     group_spec,
@@ -26,11 +28,44 @@ from dockyard.services.clusters import (
 )
 from dockyard.services.errors import ResourceNotFound, ValidationException
 from dockyard.services.pagination import decode_token, page
-from dockyard.store.tables import Cluster, ClusterNode, Instance, TrainingPlan
+from dockyard.store.tables import AccessKey, Cluster, ClusterNode, Instance, TrainingPlan
 
 
 def _new_instance_id() -> str:
     return "i-" + secrets.token_hex(9)[:17]
+
+
+# What a node's own key may do: S3, as its instance group's role lets a HyperPod node;
+# never the SageMaker API (code on a node would make clusters and jobs with it).
+NODE_POLICY = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+    }
+)
+
+
+def node_credentials(
+    session: Session, box: SecretBox, node: ClusterNode, now: datetime
+) -> accounts.Credentials:
+    """The node's own access key (its account's, S3 only), made the first time."""
+    if node.access_key_id:
+        record = accounts.lookup_key(session, box, node.access_key_id)
+        if record is not None:
+            return accounts.Credentials(
+                record.account_id, record.access_key_id, record.secret_access_key
+            )
+    made = accounts.create_access_key(session, now, box, node.account_id, NODE_POLICY)
+    node.access_key_id = made.access_key_id
+    return made
+
+
+def forget_credentials(session: Session, node: ClusterNode) -> None:
+    """The node is gone: so is its key (the server's key cache lets go of it within
+    `api.keys.TTL_SECONDS`)."""
+    if node.access_key_id:
+        session.execute(delete(AccessKey).where(AccessKey.access_key_id == node.access_key_id))
+        node.access_key_id = None
 
 
 def set_node_status(node: ClusterNode, new: NodeStatus, message: str | None = None) -> None:

@@ -400,6 +400,9 @@ class ClusterNode(Base):
     # instances there: spares and failures are per instance), and its UltraServer.
     fleet_instance_id: Mapped[str | None] = mapped_column(String(160), default=None)
     ultraserver_id: Mapped[str | None] = mapped_column(String(160), default=None)
+    # The node's own access key (its account's, S3 only), for its S3 requests; deleted
+    # with the node.
+    access_key_id: Mapped[str | None] = mapped_column(String(32), default=None)
     launch_time: Mapped[datetime]
     # Set when the node is to go (deleted, its block's cutoff, its cluster deleted).
     shutdown_requested: Mapped[bool] = mapped_column(default=False)

@@ -25,6 +25,21 @@ echo "group settings: $(cat settings.txt)"
 """
 
 
+# What HyperPod's lifecycle scripts commonly do: leave a marker in S3, with the AWS CLI
+# and the node's own credentials (through its agent's relay to dockyard's S3).
+MARKER = """#!/bin/sh
+set -e
+echo "on-create ran on $(hostname)" | aws s3 cp - "s3://scripts/markers/$(hostname)"
+"""
+
+
+def marker(server: DockyardServer, instance_id: str) -> str:
+    s3 = server.client("s3")
+    return str(
+        s3.get_object(Bucket="scripts", Key=f"markers/{instance_id}")["Body"].read().decode()
+    )
+
+
 def cli(server: DockyardServer, *args: str) -> str:
     return str(run_cli(*args, "--endpoint-url", server.endpoint, data_dir=server.data_dir).stdout)
 
@@ -40,6 +55,7 @@ def life_cycle(manual_server: DockyardServer) -> None:
     (scripts / "on_create.sh").write_text(ON_CREATE)
     (scripts / "settings.txt").write_text("slurm-ish")
     (scripts / "fails.sh").write_text("#!/bin/sh\necho 'cannot mount /fsx' >&2\nexit 3\n")
+    (scripts / "marker.sh").write_text(MARKER)
 
 
 def group(name: str, count: int, instance_type: str = M5, **extra: Any) -> dict[str, Any]:
@@ -272,7 +288,15 @@ def test_a_cluster_on_a_plan_follows_its_blocks(manual_server: DockyardServer) -
     plan = hyperpod_plan(server, d0)
     client.create_cluster(
         ClusterName="on-plan",
-        InstanceGroups=[group("gpus", 1, P5, TrainingPlanArn=plan["arn"])],
+        InstanceGroups=[
+            {
+                **group("gpus", 1, P5, TrainingPlanArn=plan["arn"]),
+                "LifeCycleConfig": {
+                    "SourceS3Uri": "s3://scripts/lifecycle",
+                    "OnCreate": "marker.sh",
+                },
+            }
+        ],
     )
     settle(server)
     cluster = client.describe_cluster(ClusterName="on-plan")
@@ -285,9 +309,7 @@ def test_a_cluster_on_a_plan_follows_its_blocks(manual_server: DockyardServer) -
     set_clock(server, at(d0, 0))  # the first block: the node comes up, OnCreate runs
     wait_cluster(server, client, "on-plan", "InService")
     [first] = wait_nodes(server, client, "on-plan", ["Running"])
-    assert any(
-        line.startswith("on-create ran on") for line in node_log(server, first["InstanceId"])
-    )
+    assert marker(server, first["InstanceId"]) == f"on-create ran on {first['InstanceId']}\n"
     detail = client.describe_cluster_node(ClusterName="on-plan", NodeId=first["InstanceId"])
     zone = plan["blocks"][0]["AvailabilityZone"]
     assert detail["NodeDetails"]["Placement"]["AvailabilityZone"] == zone
@@ -305,6 +327,7 @@ def test_a_cluster_on_a_plan_follows_its_blocks(manual_server: DockyardServer) -
     set_clock(server, at(d0, 2))  # the second block: a node comes back, in the same AZ
     [second] = wait_nodes(server, client, "on-plan", ["Running"])
     assert second["InstanceId"] != first["InstanceId"]
+    assert marker(server, second["InstanceId"]) == f"on-create ran on {second['InstanceId']}\n"
     detail = client.describe_cluster_node(ClusterName="on-plan", NodeId=second["InstanceId"])
     assert detail["NodeDetails"]["Placement"]["AvailabilityZone"] == zone
 

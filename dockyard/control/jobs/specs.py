@@ -17,6 +17,7 @@ from dockyard.domain import jobs as rules
 from dockyard.domain.clusters import ON_CREATE_SECONDS
 from dockyard.domain.placement import Placement
 from dockyard.domain.warm_pools import keep_alive_seconds
+from dockyard.services.accounts import Credentials
 from dockyard.store.tables import Cluster, ClusterNode, TrainingJob
 
 log = logging.getLogger("dockyard.control.jobs")
@@ -28,6 +29,16 @@ LIFE_CYCLE_CHANNEL = "lifecycle"
 def instance_key(job: TrainingJob) -> str:
     """The backend's name for the job's own instances."""
     return rules.instance_key(job.account_id, job.region, job.name, job.uid)
+
+
+def _connect_host(bound: str) -> str:
+    """Where this host reaches a server bound to `bound` (a wildcard means every
+    address of the host: its loopback is one)."""
+    if bound in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if bound == "::":
+        return "::1"
+    return bound
 
 
 def _free_port() -> int:
@@ -55,6 +66,11 @@ class HostSpecs:
             if settings.s3_endpoint_url
             else {"root": str(self.data_dir / "s3")}
         )
+        # A cluster node reaches S3 through its agent's relay to this server's endpoint,
+        # when S3 is dockyard's own (an outside service's keys are the operator's, never
+        # a tenant's to hold).
+        self.nodes_reach_s3 = not settings.s3_endpoint_url
+        self.server = (_connect_host(settings.host), settings.port)
 
     def _sandbox(self, instance_type: str) -> dict[str, Any]:
         kind = instance_types.describe(instance_type, self.instance_types)
@@ -68,11 +84,25 @@ class HostSpecs:
         }
 
     def for_node(
-        self, cluster: Cluster, group: dict[str, Any], node: ClusterNode
+        self,
+        cluster: Cluster,
+        group: dict[str, Any],
+        node: ClusterNode,
+        credentials: Credentials | None = None,
     ) -> dict[str, Any]:
         """What a cluster's node runs (`job.json`): its group's lifecycle scripts staged
-        as a channel, and its OnCreate script run from there; then it stays up."""
+        as a channel, and its OnCreate script run from there; then it stays up. With
+        `credentials` (the node's own key) its programs reach S3 through its agent."""
         life_cycle = group["LifeCycleConfig"]
+        reach: dict[str, Any] = {"cluster": cluster.name, "group": node.instance_group}
+        if credentials is not None:
+            reach["s3"] = {
+                "host": self.server[0],
+                "port": self.server[1],
+                "access_key_id": credentials.access_key_id,
+                "secret_access_key": credentials.secret_access_key,
+                "region": cluster.region,
+            }
         return {
             "job_name": cluster.name,
             "host": node.instance_id,
@@ -111,7 +141,7 @@ class HostSpecs:
             "sandbox": self._sandbox(node.instance_type),
             "availability_zone": node.availability_zone,
             "wake_socket": str(wake.directory(self.data_dir)),
-            "node": {"cluster": cluster.name, "group": node.instance_group},
+            "node": reach,
         }
 
     def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
