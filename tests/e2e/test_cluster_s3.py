@@ -10,9 +10,11 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.e2e.test_cluster_exec import ON_CREATE, run_on, up
+from tests.e2e.test_cluster_exec import life_cycle, run_on, up
 from tests.e2e.test_clusters import wait_cluster
 from tests.harness import REGION, DockyardServer
+
+__all__ = ["life_cycle"]  # the exec tests' fixture, used here too
 
 # Run on the node (`python attack.py`): each attempt prints one JSON line.
 ATTACK = r"""
@@ -108,10 +110,9 @@ def results(output: str) -> dict[str, object]:
 
 
 @pytest.fixture(autouse=True)
-def attack_script(manual_server: DockyardServer) -> None:
+def attack_script(manual_server: DockyardServer, life_cycle: None) -> None:
+    """Beside the exec tests' lifecycle scripts (`life_cycle`), the attack."""
     scripts = manual_server.data_dir / "s3" / "scripts" / "lifecycle"
-    scripts.mkdir(parents=True, exist_ok=True)
-    (scripts / "on_create.sh").write_text(ON_CREATE)
     (scripts / "attack.py").write_text(ATTACK)
 
 
