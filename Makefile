@@ -13,7 +13,7 @@ SDK3_STAMP := $(SDK3)/.installed
 # each start of the server, an agent or a CLI command - seconds, not a fraction of one.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: run test bench lint clean sandbox
+.PHONY: run test bench lint clean sandbox browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,18 @@ sandbox:
 	  fi; \
 	fi
 
+# The console's browser tests drive Debian's Chromium (never a downloaded browser).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the console's browser tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "warning: the console's browser tests need /usr/bin/chromium: apt-get install chromium"; \
+	  fi; \
+	fi
+
 run: $(STAMP) $(COMPILED) sandbox
 	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/dockyard serve $(ARGS)
@@ -63,7 +75,7 @@ run: $(STAMP) $(COMPILED) sandbox
 # End-to-end tests mostly wait on servers and jobs: two workers halve the wall time.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) $(SDK3_STAMP) $(COMPILED) sandbox
+test: $(TEST_STAMP) $(SDK3_STAMP) $(COMPILED) sandbox browser
 	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 

@@ -11,8 +11,9 @@ from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route, Router, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from dockyard.api import cluster_exec, cluster_shell
@@ -28,6 +29,7 @@ from dockyard.api.operator import (
 )
 from dockyard.api.s3 import is_s3
 from dockyard.clock import monotonic
+from dockyard.web.console import Console
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
@@ -168,10 +170,27 @@ def create_app(state: ServerState) -> Starlette:
             if close is not None:
                 await close()
 
+    console_routes = Router(routes=Console(state, dispatcher).routes())
+
+    async def console_or_s3(scope: Scope, receive: Receive, send: Send) -> None:
+        # /console/... is the console, unless it is S3's (a bucket named "console").
+        if scope["type"] == "http" and is_s3(Request(scope)):
+            await (await s3(Request(scope, receive)))(scope, receive, send)
+        else:
+            await console_routes(scope, receive, send)
+
+    async def console_root(request: Request) -> Response:
+        if is_s3(request):
+            return await s3(request)
+        return RedirectResponse("/console/", 307)
+
     app = Starlette(
         lifespan=lifespan,
         routes=[
             Route("/", api, methods=["POST"]),
+            # The web console (dockyard/web): its pages, or S3's when signed for it.
+            Route("/console", console_root, methods=["GET", "PUT", "POST", "DELETE", "HEAD"]),
+            Mount("/console", app=console_or_s3),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/_dockyard/clock", clock_endpoint, methods=["GET", "POST"]),

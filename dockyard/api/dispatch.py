@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from dockyard.api import query, sigv4
@@ -23,6 +24,7 @@ from dockyard.api.keys import KeyCache
 from dockyard.api.serialise import serialise_output
 from dockyard.api.shapes import ValidationError, parse_input
 from dockyard.api.targets import ServiceTarget, query_targets, targets
+from dockyard.services.accounts import KeyRecord
 from dockyard.services.errors import ServiceError
 
 log = logging.getLogger("dockyard.api")
@@ -178,6 +180,30 @@ class Dispatcher:
                 500,
                 xml,
             )
+
+    def call(self, key: KeyRecord, region: str, target: str, params: dict[str, Any]) -> Any:
+        """One JSON-protocol operation (`target` as in X-Amz-Target) for a caller whose
+        key is already known - the console's signed-in session: validated against the
+        model and authorised by the key's policy exactly as the HTTP API does it. The
+        handler's result comes back as it made it (datetimes, not their wire form);
+        refusals raise ApiError, ValidationError or ServiceError."""
+        service, name = self._route(target)
+        op_model = service.operation(name)
+        assert op_model is not None
+        parsed = parse_input(op_model.input_shape, params)
+        signed = SimpleNamespace(region=region, service=service.signing_name)
+        request_id = str(uuid.uuid4())
+        return self._invoke(
+            service,
+            name,
+            target,
+            "NotImplementedException",
+            signed,
+            key,
+            parsed,
+            request_id,
+            checked=True,
+        )
 
     def too_large(self, headers: Sequence[tuple[str, str]]) -> Response:
         """The answer to a body over the limit, which is never read past it (nor is

@@ -17,8 +17,7 @@ from starlette.responses import JSONResponse
 from dockyard.api.context import ServerState
 from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
 from dockyard.domain.quotas import RequestStatus
-from dockyard.domain.warm_pools import MAINTENANCE
-from dockyard.services import accounts, clock_state, fleet, quotas, warm_pools
+from dockyard.services import accounts, clock_state, fleet, maintenance, quotas
 from dockyard.services.errors import ConflictException, ResourceNotFound, ServiceError
 
 OPERATOR_HEADER = "x-dockyard-operator-key"
@@ -165,31 +164,16 @@ async def fleet_health_endpoint(request: Request) -> JSONResponse:
         return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
 
     def apply() -> dict[str, Any]:
-        now = state.clock.now()
         with state.db.session() as session:
-            rows = fleet.set_health(
+            return maintenance.set_health(
                 session,
+                state.clock.now(),
+                state.plans,
                 str(body.get("health", "")),
                 instance_ids=[str(i) for i in body.get("instances") or []],
                 instance_type=body.get("instance_type"),
                 availability_zone=body.get("availability_zone"),
             )
-            ended: list[int] = []
-            if body.get("health") != fleet.HEALTHY:
-                # An UltraServer's warm pools hold their instances by id; others by pool.
-                ended = warm_pools.terminate_on(
-                    session,
-                    {row.pool_key for row in rows if row.ultraserver_id is None},
-                    now,
-                    MAINTENANCE,
-                    state.plans,
-                    instance_ids={row.id for row in rows if row.ultraserver_id is not None},
-                )
-            return {
-                "instances": [row.id for row in rows],
-                "health": body.get("health"),
-                "terminated_warm_pools": len(ended),
-            }
 
     try:
         result = await run_in_threadpool(apply)

@@ -107,6 +107,7 @@ def serve(
     if settings.data_dir != Path(".dockyard"):
         options += f" --data-dir {settings.data_dir}"
     console.print(f'  eval "$({_dockyard_command()} env{options})"', soft_wrap=True)
+    console.print(f"or sign in to the web console with them: {endpoint}/console", soft_wrap=True)
     try:
         uvicorn.run(
             server.app,

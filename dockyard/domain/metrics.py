@@ -105,3 +105,19 @@ def final_metrics(
     for timestamp, message in events:
         scraper.feed(timestamp, message)
     return final_metrics_of(definitions, [scraper.latest])
+
+
+def series(
+    definitions: Sequence[Mapping[str, Any]], events: Iterable[tuple[int, str]]
+) -> dict[str, list[tuple[int, float]]]:
+    """Every value of each metric over log lines (epoch ms, message) in time order: what
+    SageMaker's console charts from a job's MetricDefinitions."""
+    patterns = compile_definitions(definitions)
+    found: dict[str, list[tuple[int, float]]] = {name: [] for name, _ in patterns}
+    for timestamp, message in events:
+        for name, pattern in patterns:
+            match = pattern.search(message)
+            value = _value(match) if match is not None else None
+            if value is not None:
+                found[name].append((timestamp, value))
+    return found

@@ -76,3 +76,22 @@ def check_job_buckets(
                 f'{field}: access to the bucket "{bucket}" is denied: it belongs to another '
                 "account"
             )
+
+
+def put_object(
+    session: Session, store: BucketStore, account_id: str, bucket: str, key: str, data: bytes
+) -> str:
+    """Write one object of the account's own bucket (as the gateway stores it: a file of
+    `<root>/<bucket>/<key>`, whole or not at all); its s3:// URI. The key is the
+    caller's own making (no `.`/`..` segments), never a request's."""
+    if owner(session, bucket, store) != account_id:
+        raise ValidationException(f"the bucket {bucket!r} is not one of this account's")
+    parts = key.split("/")
+    if not key or any(p in ("", ".", "..") for p in parts):
+        raise ValidationException(f"{key!r} is not an object key dockyard writes")
+    path = store.root.joinpath(bucket, *parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+    return f"s3://{bucket}/{key}"

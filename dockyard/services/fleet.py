@@ -176,3 +176,27 @@ def fleet_view(session: Session, now: datetime) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def leases_between(session: Session, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """Every lease on the calendar between start and end, with its pool's type and AZ
+    (what the console's fleet picture draws), by pool and start."""
+    rows = session.execute(
+        select(LeaseRow, CapacityPool.instance_type, CapacityPool.availability_zone)
+        .join(CapacityPool, CapacityPool.key == LeaseRow.pool_key)
+        .where(LeaseRow.start_time < end, LeaseRow.end_time > start)
+        .order_by(CapacityPool.instance_type, CapacityPool.availability_zone, LeaseRow.start_time)
+    )
+    return [
+        {
+            "pool": lease.pool_key,
+            "instance_type": instance_type,
+            "availability_zone": zone,
+            "kind": lease.kind,
+            "holder": lease.holder,
+            "count": lease.count,
+            "start": lease.start_time,
+            "end": lease.end_time,
+        }
+        for lease, instance_type, zone in rows
+    ]

@@ -399,3 +399,24 @@ def job_view(
     if reused_by:
         view["ReusedByJob"] = reused_by
     return view
+
+
+def available_until(
+    session: Session, account_id: str, region: str, job_names: list[str]
+) -> dict[str, datetime]:
+    """When each named job's Available warm pool ends (its deadline, which a plan's
+    block or the 28-day cap may have brought forward): what the console counts down."""
+    if not job_names:
+        return {}
+    rows = session.execute(
+        select(TrainingJob.name, WarmPool.deadline)
+        .join(TrainingJob, TrainingJob.id == WarmPool.job_id)
+        .where(
+            WarmPool.account_id == account_id,
+            WarmPool.region == region,
+            WarmPool.status == WarmPoolStatus.AVAILABLE.value,
+            WarmPool.deadline.is_not(None),
+            TrainingJob.name.in_(job_names),
+        )
+    )
+    return {name: deadline for name, deadline in rows if deadline is not None}
