@@ -371,12 +371,7 @@ class Console:
             SortBy="CreationTime",
             SortOrder="Descending",
         )
-        rows = []
-        for summary in listed.get("TrainingJobSummaries", []):
-            detail = await self.call(
-                caller, "SageMaker.DescribeTrainingJob", TrainingJobName=summary["TrainingJobName"]
-            )
-            rows.append(detail)
+        rows = await self._described(caller, listed)
         until = await self._pool_deadlines(caller, [r["TrainingJobName"] for r in rows])
         return self.render(
             request,
@@ -391,6 +386,15 @@ class Console:
             name=name,
             live_url=str(request.url.include_query_params(fragment="rows")),
         )
+
+    async def _described(self, caller: Caller, listed: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each listed job in full (a summary has no ResourceConfig nor start time)."""
+        return [
+            await self.call(
+                caller, "SageMaker.DescribeTrainingJob", TrainingJobName=s["TrainingJobName"]
+            )
+            for s in listed.get("TrainingJobSummaries", [])
+        ]
 
     async def _pool_deadlines(self, caller: Caller, names: list[str]) -> dict[str, datetime]:
         account, region = caller.account_id, caller.session.region
@@ -707,15 +711,7 @@ class Console:
             SortBy="CreationTime",
             SortOrder="Ascending",
         )
-        jobs = []
-        for summary in listed.get("TrainingJobSummaries", []):
-            jobs.append(
-                await self.call(
-                    caller,
-                    "SageMaker.DescribeTrainingJob",
-                    TrainingJobName=summary["TrainingJobName"],
-                )
-            )
+        jobs = await self._described(caller, listed)
         clusters = (
             await self.call(caller, "SageMaker.ListClusters", TrainingPlanArn=arn, MaxResults=100)
         ).get("ClusterSummaries", [])

@@ -37,6 +37,23 @@ def sign_in(server: DockyardServer, key: tuple[str, str]) -> tuple[httpx.Client,
     return client, found.group(1)
 
 
+def job_form(csrf: str, name: str, output: str = "s3://dockyard-jobs/console") -> dict[str, str]:
+    """The "Create training job" form as a browser posts it."""
+    return {
+        "csrf": csrf,
+        "name": name,
+        "instance_type": "ml.m5.xlarge",
+        "count": "1",
+        "keep_alive": "0",
+        "plan": "",
+        "max_runtime": "60",
+        "code": "print('hi')",
+        "output": output,
+        "metric_name": "",
+        "metric_regex": "",
+    }
+
+
 def test_a_session_comes_only_from_a_right_key(live: DockyardServer) -> None:
     client = httpx.Client(base_url=live.endpoint, timeout=60)
     # Signed out, every page sends the browser to sign in, and back afterwards.
@@ -80,19 +97,7 @@ def test_a_session_comes_only_from_a_right_key(live: DockyardServer) -> None:
 
 def test_no_change_without_the_sessions_token_or_from_another_site(live: DockyardServer) -> None:
     client, csrf = sign_in(live, live.credentials())
-    data = {
-        "csrf": csrf,
-        "name": "csrf-check",
-        "instance_type": "ml.m5.xlarge",
-        "count": "1",
-        "keep_alive": "0",
-        "plan": "",
-        "max_runtime": "60",
-        "code": "print('hi')",
-        "output": "s3://dockyard-jobs/console",
-        "metric_name": "",
-        "metric_regex": "",
-    }
+    data = job_form(csrf, "csrf-check")
     for bad in ({**data, "csrf": ""}, {**data, "csrf": "forged"}):
         refused = client.post("/console/jobs/new", data=bad)
         assert refused.status_code == 403 and "another site" in refused.text
@@ -127,20 +132,7 @@ def test_a_keys_policy_and_account_hold_in_the_console(live: DockyardServer) -> 
     client, csrf = sign_in(live, reader)
     assert "No training jobs" in client.get("/console/jobs").text
     refused = client.post(
-        "/console/jobs/new",
-        data={
-            "csrf": csrf,
-            "name": "not-allowed",
-            "instance_type": "ml.m5.xlarge",
-            "count": "1",
-            "keep_alive": "0",
-            "plan": "",
-            "max_runtime": "60",
-            "code": "print('hi')",
-            "output": "s3://stranger-bucket/x",
-            "metric_name": "",
-            "metric_regex": "",
-        },
+        "/console/jobs/new", data=job_form(csrf, "not-allowed", "s3://stranger-bucket/x")
     )
     assert refused.status_code == 400
     assert "AccessDeniedException" in refused.text
@@ -173,3 +165,26 @@ def test_a_bucket_named_console_is_still_s3s(live: DockyardServer, tmp_path: Pat
     assert s3.get_object(Bucket="console", Key="signin")["Body"].read() == b"an object, not a page"
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="console")["Contents"]]
     assert keys == ["signin"]
+
+
+def test_an_operator_takes_instances_out_of_service(live: DockyardServer) -> None:
+    client = httpx.Client(base_url=live.endpoint, timeout=60)
+    token = (live.data_dir / "operator.key").read_text().strip()
+    client.post("/console/signin", data={"kind": "operator", "operator_key": token})
+    page = client.get("/console/fleet")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert page.status_code == 200 and csrf is not None
+    where = {"instance_type": "ml.g5.xlarge", "availability_zone": "us-east-1c"}
+    done = client.post("/console/fleet", data={"csrf": csrf.group(1), "action": "start", **where})
+    assert "4 instance(s) now Maintenance" in done.text
+    fleet = {
+        (row["instance_type"], row["availability_zone"], row["health"])
+        for row in httpx.get(
+            live.endpoint + "/_dockyard/fleet", headers={"x-dockyard-operator-key": token}
+        ).json()["instances"]
+    }
+    assert ("ml.g5.xlarge", "us-east-1c", "Maintenance") in fleet
+    back = client.post("/console/fleet", data={"csrf": csrf.group(1), "action": "end", **where})
+    assert "4 instance(s) now Healthy" in back.text
+    # An operator session is not an account's: its pages are the operator's only.
+    assert client.get("/console/jobs").status_code == 403
