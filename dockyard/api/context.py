@@ -50,6 +50,13 @@ class RequestContext:
     request_id: str
 
     @property
+    def backend(self) -> Backend:
+        """Where instances run, and so what they report (logs, metrics)."""
+        if self.state.backend is None:
+            raise RuntimeError("this server was built without a backend")
+        return self.state.backend
+
+    @property
     def db(self) -> Database:
         return self.state.db
 

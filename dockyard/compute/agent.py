@@ -60,6 +60,7 @@ from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_shell import NodeShells
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote, job_message
+from dockyard.compute.instance_state import InstanceState
 from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
 from dockyard.compute.private_files import write_private
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
@@ -86,21 +87,14 @@ def _iso_now() -> str:
 
 
 class State:
-    """`state.json`: the phase and the facts the control plane turns into DescribeTrainingJob.
-
-    phase: downloading | training | uploading | completed | failed | stopped, and for a
-    cluster's node: training (its OnCreate script) | running (up) | failed | stopped
-    pid: the user process (also its process group id), while there is one
-    exit_code, failure_reason, stop_reason ("stop" | "max_runtime"),
-    interpreter: "parked" (a warm pool's waiting interpreter ran it) or "started",
-    started_at, training_started_at, first_output_at, ended_at: ISO 8601 UTC or null.
-    """
+    """`state.json`: the instance's report (`InstanceState`, its keys documented there),
+    which the control plane turns into DescribeTrainingJob."""
 
     def __init__(self, path: Path, on_change: Callable[[], None] = lambda: None) -> None:
         self.path = path
         self._on_change = on_change  # the control plane's wake-up (see `wake`)
         self._lock = threading.Lock()  # the log reader thread records first_output_at
-        self.data: dict[str, Any] = {
+        self.data: InstanceState = {
             "phase": "downloading",
             "pid": None,
             "exit_code": None,
@@ -114,7 +108,7 @@ class State:
 
     def update(self, **changes: Any) -> None:
         with self._lock:
-            self.data.update(changes)
+            self.data.update(changes)  # type: ignore[typeddict-item]
             write_private(self.path, json.dumps(self.data, indent=2))
         self._on_change()
 

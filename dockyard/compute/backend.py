@@ -3,14 +3,59 @@
 Every call returns quickly and is safe to repeat; work that takes time (staging data,
 training, uploading) happens in the instances themselves, and `poll` reports where
 they are. A handle is the backend's name for one instance of one job.
+
+What an instance reports reaches the rest of dockyard through this seam only, in one
+shape whichever backend ran it: its state (`poll`: an `InstanceState`), its log
+(`open_log`: an `InstanceLog`, events in order with their times), its metrics
+(`metrics`: the latest value of each of its MetricDefinitions), and what it was told
+to run (`launched_spec`). Nobody else reads a backend's files.
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from types import TracebackType
 from typing import Any, Protocol
 
 from dockyard.compute.agent_exec import ExecRequest
+from dockyard.compute.instance_state import InstanceState
+from dockyard.compute.log_index import Event
+from dockyard.domain.metrics import Latest
+
+
+class InstanceLog(Protocol):
+    """One instance's log as its agent wrote it (see `log_index.LogReader`): a snapshot
+    of its events, addressed by position, each with its time (epoch ms). A log that
+    does not exist has no events."""
+
+    def __len__(self) -> int: ...
+
+    def timestamp(self, position: int) -> int:
+        """The time of event `position`."""
+        ...
+
+    def first_at(self, timestamp_ms: int) -> int:
+        """The position of the first event at or after the time."""
+        ...
+
+    def fit(self, start: int, stop: int, budget: int, *, from_end: bool = False) -> int:
+        """How far from `start` (or back from `stop`) events fit in `budget` bytes."""
+        ...
+
+    def read(self, start: int, stop: int) -> list[Event]: ...
+
+    def lines(self, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
+        """(timestamp, position, raw line) for [start, stop), a chunk at a time."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> InstanceLog: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
 
 class Backend(Protocol):
@@ -34,8 +79,29 @@ class Backend(Protocol):
         """The handle of `host` of `job_key`'s instances, launched or not."""
         ...
 
-    def poll(self, handle: str) -> dict[str, Any]:
-        """The instance's state (the agent's state.json), or {"phase": "launching"}."""
+    def poll(self, handle: str) -> InstanceState:
+        """The instance's state as its agent reported it, or LAUNCHING."""
+        ...
+
+    def logged_hosts(self, job_key: str) -> list[str]:
+        """The hosts of `job_key`'s instances that have a log, algo-1 first."""
+        ...
+
+    def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
+        """(job key, host) of every instance with a log whose job key starts with the
+        prefix (a cluster's nodes: keys `<account>-<region>-cluster-<id>-<node>`)."""
+        ...
+
+    def open_log(self, job_key: str, host: str) -> InstanceLog:
+        """The instance's log (none of its events if it has none); close it after."""
+        ...
+
+    def metrics(self, job_key: str, host: str) -> Latest:
+        """The instance's latest metric values, as its agent scraped them."""
+        ...
+
+    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
+        """What the instance was launched to run (its host spec), None if unknown."""
         ...
 
     def stop(self, handle: str) -> None:

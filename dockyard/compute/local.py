@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,12 +31,16 @@ from dockyard.compute import agent_exec, agent_shell
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
+from dockyard.compute.instance_state import LAUNCHING, InstanceState
+from dockyard.compute.log_index import LogReader, read_metrics
 from dockyard.compute.private_files import write_private
 from dockyard.compute.sandbox_limits import remove_for
 from dockyard.compute.sandbox_network import sweep as sweep_networks
+from dockyard.domain.metrics import Latest
 
 log = logging.getLogger(__name__)
 
+_HOST = re.compile(r"algo-[1-9][0-9]*")
 # How an agent's command line shows it, whether forked or started as a new interpreter.
 AGENT_MARKER = AGENT_MODULE.encode()
 
@@ -259,14 +265,49 @@ class LocalBackend:
     def healthy(self, home_key: str, hosts: list[str]) -> bool:
         return all(self.alive(str(self._root(home_key, host))) for host in hosts)
 
-    def poll(self, handle: str) -> dict[str, Any]:
+    # -- what instances report, besides their state ---------------------------------
+
+    def logged_hosts(self, job_key: str) -> list[str]:
+        try:
+            hosts = [
+                entry.name
+                for entry in (self.root / job_key).iterdir()
+                if _HOST.fullmatch(entry.name) and Layout(entry).log_file.is_file()
+            ]
+        except OSError:
+            return []
+        return sorted(hosts, key=lambda name: int(name.removeprefix("algo-")))
+
+    def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
+        pattern = f"{glob.escape(key_prefix)}*/*/logs/output.jsonl"
+        found = [
+            (log.parent.parent.parent.name, log.parent.parent.name)
+            for log in self.root.glob(pattern)
+        ]
+        return sorted(found)
+
+    def open_log(self, job_key: str, host: str) -> LogReader:
+        return LogReader(Layout(self._root(job_key, host)).log_file)
+
+    def metrics(self, job_key: str, host: str) -> Latest:
+        return read_metrics(Layout(self._root(job_key, host)).metrics_file)
+
+    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
+        try:
+            spec = json.loads(Layout(self._root(job_key, host)).job_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return spec if isinstance(spec, dict) else None
+
+    def poll(self, handle: str) -> InstanceState:
         child = self._children.get(handle)
         if child is not None and child.poll() is not None:
             del self._children[handle]
         try:
-            return dict(json.loads((Path(handle) / "state.json").read_text()))
+            state = json.loads((Path(handle) / "state.json").read_text())
         except (FileNotFoundError, ValueError):
-            return {"phase": "launching"}
+            return dict(LAUNCHING)  # type: ignore[return-value]
+        return state if isinstance(state, dict) else dict(LAUNCHING)  # type: ignore[return-value]
 
     def stop(self, handle: str) -> None:
         (Path(handle) / "stop").touch()

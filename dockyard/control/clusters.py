@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backend import Backend
+from dockyard.compute.instance_state import InstanceState
 from dockyard.config import Settings
 from dockyard.control.jobs.specs import HostSpecs
 from dockyard.control.loop import seconds_until
@@ -100,7 +101,7 @@ class ClustersReconciler:
             work = self._decide(session, cluster_id, now)
         if work is None:
             return None
-        seen: dict[str, tuple[dict[str, Any], bool]] = {}
+        seen: dict[str, tuple[InstanceState, bool]] = {}
         for item in work:
             if item.spec is not None:
                 item.handle = self.backend.launch(item.key, [item.spec])[0]
@@ -203,7 +204,7 @@ class ClustersReconciler:
         self,
         session: Session,
         cluster_id: int,
-        seen: dict[str, tuple[dict[str, Any], bool]],
+        seen: dict[str, tuple[InstanceState, bool]],
         now: datetime,
     ) -> tuple[bool, datetime | None] | None:
         cluster = session.get(Cluster, cluster_id)
@@ -266,7 +267,7 @@ class ClustersReconciler:
 
 
 def _node_status(
-    phase: str, alive: bool, state: dict[str, Any]
+    phase: str, alive: bool, state: InstanceState
 ) -> tuple[NodeStatus | None, str | None]:
     """A live node's status from its agent: Pending until OnCreate succeeded, Running
     while up, Failure when OnCreate failed or the instance died."""

@@ -1,4 +1,5 @@
-"""The log groups and streams dockyard answers, found from the agents' files.
+"""The log groups and streams dockyard answers, found through the backend that ran the
+instances (`compute.backend`: which of a job's instances have a log, and each log).
 
 `/aws/sagemaker/TrainingJobs`: one stream per instance of a job, `<job>/algo-N-<epoch>`
 (epoch: the job's CreationTime in whole seconds). `/aws/sagemaker/Clusters/<name>/<id>`:
@@ -8,17 +9,16 @@ id>`. Both scoped to the caller's account and region; `logs` reads them.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
 from dockyard.clock import utc
+from dockyard.compute.backend import Backend, InstanceLog
 from dockyard.domain.jobs import instance_key
 from dockyard.services.errors import ServiceError
 from dockyard.store.tables import Cluster, TrainingJob
@@ -56,31 +56,10 @@ class Stream:
     job_name: str
     host: str
     job_created_ms: int
-    path: Path
+    key: str  # the backend's name for the instances (with `host`: the instance)
 
-
-# ------------------------------------------------------------------ files
-
-
-def instance_root(
-    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None, host: str
-) -> Path:
-    """Where the local backend runs one instance of a job (see compute.local)."""
-    key = instance_key(account_id, region, job_name, uid)
-    return Path(data_dir).resolve() / "instances" / key / host
-
-
-def hosts_of(
-    data_dir: Path, account_id: str, region: str, job_name: str, uid: str | None
-) -> list[str]:
-    """The instances of a job that have a log file, algo-1 first."""
-    job_dir = instance_root(data_dir, account_id, region, job_name, uid, "x").parent
-    try:
-        names = [p.name for p in job_dir.iterdir() if _HOST.fullmatch(p.name)]
-    except OSError:
-        return []
-    names.sort(key=lambda name: int(name.removeprefix("algo-")))
-    return [name for name in names if (job_dir / name / "logs" / "output.jsonl").is_file()]
+    def open(self, backend: Backend) -> InstanceLog:
+        return backend.open_log(self.key, self.host)
 
 
 def _epoch_seconds(moment: datetime) -> int:
@@ -88,25 +67,24 @@ def _epoch_seconds(moment: datetime) -> int:
 
 
 def _streams_of(
-    data_dir: Path, account_id: str, region: str, name: str, uid: str | None, created: datetime
+    backend: Backend, account_id: str, region: str, name: str, uid: str | None, created: datetime
 ) -> list[Stream]:
     epoch = _epoch_seconds(created)
+    key = instance_key(account_id, region, name, uid)
     return [
         Stream(
             name=f"{name}/{host}-{epoch}",
             job_name=name,
             host=host,
             job_created_ms=int(utc(created).timestamp() * 1000),
-            path=instance_root(data_dir, account_id, region, name, uid, host)
-            / "logs"
-            / "output.jsonl",
+            key=key,
         )
-        for host in hosts_of(data_dir, account_id, region, name, uid)
+        for host in backend.logged_hosts(key)
     ]
 
 
 def _job_streams(
-    connection: Connection, data_dir: Path, account_id: str, region: str, prefix: str = ""
+    connection: Connection, backend: Backend, account_id: str, region: str, prefix: str = ""
 ) -> list[Stream]:
     scope = {"account_id": account_id, "region": region}
     job_name, slash, _ = prefix.partition("/")
@@ -119,7 +97,7 @@ def _job_streams(
         for row in rows
         if row.name.startswith(job_name)
         for stream in _streams_of(
-            data_dir, account_id, region, row.name, row.uid, row.creation_time
+            backend, account_id, region, row.name, row.uid, row.creation_time
         )
         if stream.name.startswith(prefix)
     ]
@@ -128,7 +106,7 @@ def _job_streams(
 
 
 def _find_job_stream(
-    connection: Connection, data_dir: Path, account_id: str, region: str, name: str
+    connection: Connection, backend: Backend, account_id: str, region: str, name: str
 ) -> Stream:
     job_name, _, suffix = name.partition("/")
     parts = _STREAM_SUFFIX.fullmatch(suffix)
@@ -139,7 +117,7 @@ def _find_job_stream(
     ).first()
     if row is None:
         raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    for stream in _streams_of(data_dir, account_id, region, row.name, row.uid, row.creation_time):
+    for stream in _streams_of(backend, account_id, region, row.name, row.uid, row.creation_time):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)
@@ -197,48 +175,45 @@ def check_group(
 
 
 def _cluster_streams(
-    data_dir: Path, account_id: str, region: str, group: Group, prefix: str = ""
+    backend: Backend, account_id: str, region: str, group: Group, prefix: str = ""
 ) -> list[Stream]:
     """A cluster's streams, one per node that has run (`LifecycleConfig/<instance group>/
-    <instance id>`, as HyperPod names them): found from the nodes' files, so a node
-    that is gone keeps its log until the cluster is deleted."""
-    root = Path(data_dir).resolve() / "instances"
+    <instance id>`, as HyperPod names them): found through the backend, so a node that
+    is gone keeps its log until the cluster is deleted."""
     streams = []
-    for log in root.glob(
-        f"{account_id}-{region}-cluster-{group.cluster_id}-*/*/logs/output.jsonl"
+    for key, host in backend.logged_instances(
+        f"{account_id}-{region}-cluster-{group.cluster_id}-"
     ):
-        node_root = log.parent.parent
-        try:
-            spec = json.loads((node_root / "job.json").read_text())
-            instance_group = str(spec["node"]["group"])
-        except (OSError, ValueError, KeyError, TypeError):
+        spec = backend.launched_spec(key, host) or {}
+        instance_group = (spec.get("node") or {}).get("group")
+        if not isinstance(instance_group, str):
             continue
-        name = f"LifecycleConfig/{instance_group}/{node_root.name}"
+        name = f"LifecycleConfig/{instance_group}/{host}"
         if name.startswith(prefix):
-            streams.append(Stream(name, group.name, node_root.name, group.created_ms, log))
+            streams.append(Stream(name, group.name, host, group.created_ms, key))
     streams.sort(key=lambda stream: stream.name)
     return streams
 
 
 def streams(
     connection: Connection,
-    data_dir: Path,
+    backend: Backend,
     account_id: str,
     region: str,
     group: Group,
     prefix: str = "",
 ) -> list[Stream]:
     if group.cluster_id is not None:
-        return _cluster_streams(data_dir, account_id, region, group, prefix)
-    return _job_streams(connection, data_dir, account_id, region, prefix)
+        return _cluster_streams(backend, account_id, region, group, prefix)
+    return _job_streams(connection, backend, account_id, region, prefix)
 
 
 def find_stream(
-    connection: Connection, data_dir: Path, account_id: str, region: str, group: Group, name: str
+    connection: Connection, backend: Backend, account_id: str, region: str, group: Group, name: str
 ) -> Stream:
     if group.cluster_id is None:
-        return _find_job_stream(connection, data_dir, account_id, region, name)
-    for stream in _cluster_streams(data_dir, account_id, region, group, name):
+        return _find_job_stream(connection, backend, account_id, region, name)
+    for stream in _cluster_streams(backend, account_id, region, group, name):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)

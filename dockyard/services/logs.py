@@ -32,20 +32,20 @@ import json
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from dockyard.compute.log_index import LogReader, read_metrics
+from dockyard.compute.backend import Backend, InstanceLog
+from dockyard.compute.log_index import LogReader
+from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services import log_streams
 from dockyard.services.log_streams import (
     Group,
     InvalidParameterException,
     Stream,
-    instance_root,
 )
 
 DEFAULT_EVENTS_LIMIT = 10000
@@ -54,7 +54,7 @@ MAX_PAGE_BYTES = 1024 * 1024  # CloudWatch's 1 MB of events per response
 SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
 
 
-def _span(log: LogReader, params: Mapping[str, Any]) -> tuple[int, int]:
+def _span(log: InstanceLog, params: Mapping[str, Any]) -> tuple[int, int]:
     """Positions [lo, hi) in the time range: startTime inclusive and endTime exclusive,
     as CloudWatch Logs documents."""
     start = params.get("startTime")
@@ -192,8 +192,10 @@ def compile_filter(pattern: str | None) -> Filter:
 # ------------------------------------------------------------------ operations
 
 
-def _stream_info(stream: Stream, account_id: str, region: str, group: Group) -> dict[str, Any]:
-    with LogReader(stream.path) as log:
+def _stream_info(
+    backend: Backend, stream: Stream, account_id: str, region: str, group: Group
+) -> dict[str, Any]:
+    with stream.open(backend) as log:
         count = len(log)
         first = log.timestamp(0) if count else None
         last = log.timestamp(count - 1) if count else None
@@ -212,7 +214,7 @@ def _stream_info(stream: Stream, account_id: str, region: str, group: Group) -> 
 
 def describe_log_streams(
     connection: Connection,
-    data_dir: Path,
+    backend: Backend,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -227,14 +229,14 @@ def describe_log_streams(
     limit = int(params.get("limit") or DEFAULT_STREAMS_LIMIT)
     offset = _decode_offset(params)
     descending = bool(params.get("descending", False))
-    streams = log_streams.streams(connection, data_dir, account_id, region, group, prefix)
+    streams = log_streams.streams(connection, backend, account_id, region, group, prefix)
     if order == "LogStreamName":
         if descending:
             streams.reverse()
         chosen = streams[offset : offset + limit]
-        infos = [_stream_info(stream, account_id, region, group) for stream in chosen]
+        infos = [_stream_info(backend, stream, account_id, region, group) for stream in chosen]
     else:
-        every = [_stream_info(stream, account_id, region, group) for stream in streams]
+        every = [_stream_info(backend, stream, account_id, region, group) for stream in streams]
         every.sort(
             key=lambda info: (info["lastEventTimestamp"] or 0, info["logStreamName"]),
             reverse=descending,
@@ -253,7 +255,7 @@ def _event(timestamp: int, message: str) -> dict[str, Any]:
 
 def get_log_events(
     connection: Connection,
-    data_dir: Path,
+    backend: Backend,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -266,10 +268,10 @@ def get_log_events(
     """
     group = log_streams.check_group(params, account_id, region, connection)
     stream = log_streams.find_stream(
-        connection, data_dir, account_id, region, group, params["logStreamName"]
+        connection, backend, account_id, region, group, params["logStreamName"]
     )
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
-    with LogReader(stream.path) as log:
+    with stream.open(backend) as log:
         lo, hi = _span(log, params)
         token = params.get("nextToken")
         if token:
@@ -301,7 +303,7 @@ def _event_id(stream: Stream, position: int, timestamp: int) -> str:
 
 
 def _candidates(
-    log: LogReader, stream: Stream, params: Mapping[str, Any], after: tuple[int, str, int] | None
+    log: InstanceLog, stream: Stream, params: Mapping[str, Any], after: tuple[int, str, int] | None
 ) -> Iterator[tuple[int, str, int, bytes]]:
     """(timestamp, stream, position, raw line) of a stream's events in the time range,
     after the key a previous page ended at."""
@@ -316,7 +318,7 @@ def _candidates(
 
 def filter_log_events(
     connection: Connection,
-    data_dir: Path,
+    backend: Backend,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -334,13 +336,11 @@ def filter_log_events(
         )
     if names:
         streams = [
-            log_streams.find_stream(connection, data_dir, account_id, region, group, name)
+            log_streams.find_stream(connection, backend, account_id, region, group, name)
             for name in dict.fromkeys(names)
         ]
     else:
-        streams = log_streams.streams(
-            connection, data_dir, account_id, region, group, prefix or ""
-        )
+        streams = log_streams.streams(connection, backend, account_id, region, group, prefix or "")
     matches = compile_filter(params.get("filterPattern"))
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     after = _decode_key(params)
@@ -348,7 +348,7 @@ def filter_log_events(
     found: list[dict[str, Any]] = []
     more = False
     with contextlib.ExitStack() as stack:
-        logs = [stack.enter_context(LogReader(stream.path)) for stream in streams]
+        logs = [stack.enter_context(stream.open(backend)) for stream in streams]
         merged = heapq.merge(
             *(
                 _candidates(log, stream, params, after)
@@ -388,32 +388,14 @@ def filter_log_events(
 
 def job_metrics(
     connection: Connection | Session,
-    data_dir: Path | None,
+    backend: Backend,
     account_id: str,
     region: str,
     job_name: str,
 ) -> list[Latest]:
-    """Each instance's latest metric values (algo-1 first), as its agent scraped them.
-
-    Without a data_dir the instances' root is found from the job's runtime record,
-    whose host specs name the data directory's `s3` folder.
-    """
+    """Each instance's latest metric values (algo-1 first), as its agent scraped them."""
     row = connection.execute(
         log_streams.RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
     ).first()
-    uid = row.uid if row else None
-    if data_dir is None:
-        runtime = row.runtime if row else None
-        specs = (runtime or {}).get("specs") or []
-        root = (specs[0].get("s3") or {}).get("root") if specs else None
-        if not root:
-            return []
-        data_dir = Path(root).parent
-    return [
-        read_metrics(
-            instance_root(data_dir, account_id, region, job_name, uid, host)
-            / "logs"
-            / "metrics.json"
-        )
-        for host in log_streams.hosts_of(data_dir, account_id, region, job_name, uid)
-    ]
+    key = instance_key(account_id, region, job_name, row.uid if row else None)
+    return [backend.metrics(key, host) for host in backend.logged_hosts(key)]

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, select
 
+from dockyard.compute.backend import Backend
 from dockyard.domain import metrics
 from dockyard.domain.jobs import TERMINAL, JobStatus
 from dockyard.services import logs
@@ -90,7 +90,7 @@ def describe_training_job(
     account_id: str,
     region: str,
     name: str,
-    data_dir: Path | None = None,
+    backend: Backend | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     job = connection.execute(
@@ -116,8 +116,8 @@ def describe_training_job(
                 {**metric, "Timestamp": datetime.fromisoformat(metric["Timestamp"])}
                 for metric in job.final_metrics.get("items", [])
             ]
-        else:
-            instances = logs.job_metrics(connection, data_dir, account_id, region, job.name)
+        elif backend is not None:
+            instances = logs.job_metrics(connection, backend, account_id, region, job.name)
             final_metrics = metrics.final_metrics_of(definitions, instances)
     training_seconds = None
     if job.training_start_time and job.training_end_time:

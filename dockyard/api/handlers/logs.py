@@ -1,4 +1,5 @@
-"""CloudWatch Logs operations: the training jobs' log streams, read from the agents' files."""
+"""CloudWatch Logs operations: the training jobs' and clusters' log streams, read
+through the backend that ran their instances."""
 
 from __future__ import annotations
 
@@ -11,22 +12,18 @@ from dockyard.services import logs
 def describe_log_streams(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
         return logs.describe_log_streams(
-            connection, ctx.state.settings.data_dir, ctx.account_id, ctx.region, params
+            connection, ctx.backend, ctx.account_id, ctx.region, params
         )
 
 
 def get_log_events(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
-        return logs.get_log_events(
-            connection, ctx.state.settings.data_dir, ctx.account_id, ctx.region, params
-        )
+        return logs.get_log_events(connection, ctx.backend, ctx.account_id, ctx.region, params)
 
 
 def filter_log_events(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
-        return logs.filter_log_events(
-            connection, ctx.state.settings.data_dir, ctx.account_id, ctx.region, params
-        )
+        return logs.filter_log_events(connection, ctx.backend, ctx.account_id, ctx.region, params)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -16,7 +16,7 @@ def describe_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[s
             ctx.account_id,
             ctx.region,
             params["TrainingJobName"],
-            data_dir=ctx.state.settings.data_dir,
+            backend=ctx.state.backend,
             now=ctx.clock.now(),
         )
 

@@ -4,14 +4,13 @@ instances kept as a warm pool or not, and the time billed."""
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
+from dockyard.compute.backend import Backend
+from dockyard.compute.instance_state import InstanceState, times
 from dockyard.config import PlanSettings
 from dockyard.control.jobs.running import run_seconds
 from dockyard.domain import jobs as rules
@@ -24,9 +23,9 @@ from dockyard.store.tables import TrainingJob
 
 
 class Ending:
-    def __init__(self, clock: Clock, data_dir: Path, plans: PlanSettings) -> None:
+    def __init__(self, clock: Clock, backend: Backend, plans: PlanSettings) -> None:
         self.clock = clock
-        self.data_dir = data_dir
+        self.backend = backend
         self.plans = plans
 
     def finish(
@@ -35,12 +34,12 @@ class Ending:
         job: TrainingJob,
         outcome: str,
         stop_reason: str | None,
-        states: list[dict[str, Any]] | None,
+        states: list[InstanceState] | None,
         reason: str | None,
     ) -> None:
         now = self.clock.now()
-        ended = [s["ended_at"] for s in (states or []) if s.get("ended_at")]
-        end = datetime.fromisoformat(max(ended)) if ended else now
+        ended = times(states or [], "ended_at")
+        end = max(ended) if ended else now
         trained = any(state.get("training_started_at") for state in states or [])
         if outcome == "completed":
             catch_up(job, Secondary.UPLOADING, now)
@@ -70,9 +69,7 @@ class Ending:
         if definitions:
             # Written by each agent before it reports its end; kept so a Describe reads
             # only the database.
-            scraped = logs.job_metrics(
-                session, self.data_dir, job.account_id, job.region, job.name
-            )
+            scraped = logs.job_metrics(session, self.backend, job.account_id, job.region, job.name)
             job.final_metrics = {
                 "items": [
                     {**metric, "Timestamp": metric["Timestamp"].isoformat()}

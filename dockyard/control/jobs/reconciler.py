@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backend import Backend
+from dockyard.compute.instance_state import InstanceState
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.jobs.ending import Ending
 from dockyard.control.jobs.placing import Placer
@@ -50,14 +50,13 @@ class JobsReconciler:
         self.db = db
         self.clock = clock
         self.backend = backend
-        self.data_dir = Path(settings.data_dir).resolve()
         self.plans = plans
         self.queue = JobQueue(db, clock)  # which jobs a pass steps
         # This server, as its claims on the jobs it steps name it.
         self.claimant = claims.Claimant()
         self.calendars = calendars if calendars is not None else capacity.CalendarCache()
         self.specs = HostSpecs(settings)
-        self.ending = Ending(clock, self.data_dir, plans)
+        self.ending = Ending(clock, backend, plans)
         self.placer = Placer(clock, plans, self.calendars, self.ending.finish)
 
     def __call__(self) -> None:
@@ -105,7 +104,7 @@ class JobsReconciler:
         """What a followed job's instances are doing: phases, and whose agent runs."""
         return seen(*self._look(handles))
 
-    def _look(self, handles: Sequence[str]) -> tuple[list[dict[str, Any]], list[bool]]:
+    def _look(self, handles: Sequence[str]) -> tuple[list[InstanceState], list[bool]]:
         """Each instance's state, and whether its agent runs.
 
         Whether it runs is read first: an agent that had exited before its state was
@@ -239,7 +238,7 @@ class JobsReconciler:
 
     def _observe(
         self, job: TrainingJob, runtime: dict[str, Any], specs: list[dict[str, Any]]
-    ) -> tuple[list[str], list[dict[str, Any]], list[bool]]:
+    ) -> tuple[list[str], list[InstanceState], list[bool]]:
         """Launch (or hand a warm pool) the job's instances, once; read where they are."""
         key = instance_key(job)
         home = str(runtime.get("home") or key)

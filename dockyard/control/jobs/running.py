@@ -7,13 +7,13 @@ on a training plan, interrupts it until the plan's next block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from dockyard.clock import wall_now
+from dockyard.compute.instance_state import InstanceState, times
 from dockyard.control.jobs.queue import Seen
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
@@ -25,14 +25,14 @@ PHASES = ("launching", "downloading", "training", "uploading")
 ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 # finish(session, job, outcome, stop_reason, states, failure reason): `ending.Ending.finish`
 Finish = Callable[
-    [Session, TrainingJob, str, "str | None", "list[dict[str, Any]] | None", "str | None"], None
+    [Session, TrainingJob, str, "str | None", "list[InstanceState] | None", "str | None"], None
 ]
 
 
 def apply(
     session: Session,
     job: TrainingJob,
-    states: list[dict[str, Any]],
+    states: list[InstanceState],
     alive: list[bool],
     now: datetime,
     finish: Finish,
@@ -41,9 +41,9 @@ def apply(
     phases = [state.get("phase", "launching") for state in states]
     failed = [s for s in states if s.get("phase") == "failed"]
     died = dead(phases, alive)
-    started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+    started = times(states, "training_started_at")
     if started and job.training_start_time is None:
-        job.training_start_time = datetime.fromisoformat(min(started))
+        job.training_start_time = min(started)
     if failed:
         finish(session, job, "failed", None, states, failed[0].get("failure_reason"))
         return
@@ -76,7 +76,7 @@ def apply(
 def interrupted(
     session: Session,
     job: TrainingJob,
-    states: list[dict[str, Any]],
+    states: list[InstanceState],
     alive: list[bool],
     now: datetime,
     finish: Finish,
@@ -96,10 +96,10 @@ def interrupted(
         return True
     if all(phase == "completed" for phase in phases):
         return False  # it finished just in time: settle it as usual
-    started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+    started = times(states, "training_started_at")
     used = float(job.runtime.get("used_seconds", 0)) + run_seconds(states)
     if started and job.training_start_time is None:
-        job.training_start_time = datetime.fromisoformat(min(started))
+        job.training_start_time = min(started)
     catch_up(job, Secondary.TRAINING if started else Secondary.DOWNLOADING, now)
     transition(job, Secondary.INTERRUPTED, str(reason), now)
     job.runtime = {"attempt": int(job.runtime.get("attempt", 1)) + 1, "used_seconds": used}
@@ -108,24 +108,24 @@ def interrupted(
     return True
 
 
-def run_seconds(states: list[dict[str, Any]]) -> float:
+def run_seconds(states: list[InstanceState]) -> float:
     """How long this attempt's instances trained, by their own clocks (MaxRuntime and
     billing count time run, which a manual control-plane clock knows nothing of)."""
-    started = [s["training_started_at"] for s in states if s.get("training_started_at")]
+    started = times(states, "training_started_at")
     if not started:
         return 0.0
-    ended = [s["ended_at"] for s in states if s.get("ended_at")]
-    end = datetime.fromisoformat(max(ended)) if ended else wall_now()
-    return max(0.0, (end - datetime.fromisoformat(min(started))).total_seconds())
+    ended = times(states, "ended_at")
+    end = max(ended) if ended else wall_now()
+    return max(0.0, (end - min(started)).total_seconds())
 
 
-def seen(states: list[dict[str, Any]], alive: list[bool]) -> Seen:
+def seen(states: list[InstanceState], alive: list[bool]) -> Seen:
     return tuple(
         (str(state.get("phase", "launching")), up) for state, up in zip(states, alive, strict=True)
     )
 
 
-def dead(phases: list[str], alive: list[bool]) -> bool:
+def dead(phases: Sequence[str], alive: list[bool]) -> bool:
     """Whether an instance's agent exited in the middle of the job (an infrastructure
     failure: it has not ended, and no longer runs). One that never reported a state
     counts too: its launch marks it (agent.pid) before it starts, so by the time a step
