@@ -26,6 +26,7 @@ from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
 from dockyard.control.pools import PoolsReconciler
 from dockyard.defaults import DEFAULT_BUCKET
+from dockyard.domain import fleet as fleet_rules
 from dockyard.s3.gateway import S3Gateway
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
@@ -116,7 +117,9 @@ def build(settings: Settings) -> Server:
     plans = plan_settings(settings)
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
-    backend = LocalBackend(settings.data_dir)
+    backend = LocalBackend(
+        settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(plans.fleet))
+    )
     box = SecretBox.for_data_dir(settings.data_dir)
     # The calendar in memory, shared by searches and on-demand placement.
     calendars = CalendarCache()

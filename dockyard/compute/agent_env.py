@@ -329,7 +329,7 @@ def build_env(spec: JobSpec, layout: Layout, base: dict[str, str]) -> dict[str, 
         "module_name": module_name,
         "network_interface_name": INTERFACE,
         "num_cpus": os.cpu_count() or 1,
-        "num_gpus": 0,
+        "num_gpus": len(spec.gpus),
         "output_data_dir": str(layout.output_data_dir),
         "output_dir": str(layout.output_dir),
         "output_intermediate_dir": str(layout.output_dir / "intermediate"),
@@ -345,7 +345,7 @@ def build_env(spec: JobSpec, layout: Layout, base: dict[str, str]) -> dict[str, 
             "SM_HOSTS": json.dumps(spec.hosts),
             "SM_CURRENT_HOST": spec.host,
             "SM_CURRENT_INSTANCE_TYPE": spec.instance_type,
-            "SM_NUM_GPUS": "0",
+            "SM_NUM_GPUS": str(len(spec.gpus)),
             "SM_NUM_CPUS": str(os.cpu_count() or 1),
             "SM_MODEL_DIR": str(layout.model_dir),
             "SM_OUTPUT_DATA_DIR": str(layout.output_data_dir),
@@ -378,6 +378,9 @@ def build_env(spec: JobSpec, layout: Layout, base: dict[str, str]) -> dict[str, 
     )
     if layout.warm_pool_cache.is_dir():
         env[CACHE_VARIABLE] = str(layout.warm_pool_cache)
+    # The instance's GPUs, by the host's numbering (only their devices are in its
+    # sandbox); an instance without GPUs gets none, not the host's.
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in spec.gpus)
     for name, directory in channel_dirs.items():
         env[f"SM_CHANNEL_{name.upper()}"] = directory
     for key, value in hps.items():

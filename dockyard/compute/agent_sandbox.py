@@ -108,6 +108,7 @@ class Confinement:
                 netns=netns,
                 cgroup=cgroup,
                 private=layout.root,
+                gpus=tuple(spec.gpus),
             )
             sandbox.write_files()
         except BaseException:

@@ -57,6 +57,10 @@ class JobSpec:
     # 1, or the attempt of a job on a training plan resumed in a later block (fresh
     # instances: its checkpoints come back from S3).
     attempt: int = 1
+    # The host GPUs the instance runs on (given by the backend from its pool's GPUs):
+    # CUDA_VISIBLE_DEVICES and SM_NUM_GPUS say them, and only their devices are in the
+    # sandbox.
+    gpus: list[int] = field(default_factory=list)
     # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group", and, when
     # its S3 is dockyard's own, "s3": {"host", "port" (the server's), "access_key_id",
     # "secret_access_key", "region" (the node's credentials)}}. Its command is the

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from dockyard.compute import agent_exec, agent_shell
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
+from dockyard.compute.gpus import GpuShares
 from dockyard.compute.instance_state import LAUNCHING, InstanceState
 from dockyard.compute.log_index import LogReader, read_metrics
 from dockyard.compute.private_files import write_private
@@ -112,8 +114,12 @@ def _wake(home: Path) -> None:
 
 
 class LocalBackend:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(
+        self, data_dir: Path, gpu_shares: Mapping[str, list[tuple[int, ...]]] | None = None
+    ) -> None:
         self.root = Path(data_dir).resolve() / "instances"
+        # The host's GPUs, by pool, handed to instances as they start (`gpus`).
+        self.gpus = GpuShares(Path(data_dir).resolve() / "gpus", gpu_shares or {})
         self.uids = Path(data_dir).resolve() / "sandbox" / "uids"
         # Agents come from the fork server (`agent_forks`), which reaps them; until an
         # agent has written its agent.pid, its PID is known from here.
@@ -150,11 +156,13 @@ class LocalBackend:
             write_private(path, str(uid))
             return uid
 
-    def _with_uid(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def _with_uid(self, spec: dict[str, Any], gpus: tuple[int, ...] = ()) -> dict[str, Any]:
+        """The spec as the agent gets it: with its account's sandbox user, and the GPUs
+        of this host it runs on."""
         sandbox = dict(spec.get("sandbox") or {})
         if sandbox.get("mode", "bwrap") != "none":
             sandbox["uid"] = self.sandbox_uid(str(spec.get("account_id", "")))
-        return {**spec, "sandbox": sandbox}
+        return {**spec, "sandbox": sandbox, "gpus": list(gpus)}
 
     def _root(self, job_key: str, host: str) -> Path:
         return self.root / job_key / host
@@ -174,7 +182,10 @@ class LocalBackend:
                 continue  # launched already (e.g. before a restart): never twice
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             (root / "attempt").write_text(str(attempt))
-            write_private(root / "job.json", json.dumps(self._with_uid(spec), indent=2))
+            # (self.alive is passed per call: held by GpuShares it would keep this
+            # backend, and its fork server, alive after the server let go of it.)
+            gpus = self.gpus.take(str(spec.get("pool") or ""), str(root), self.alive)
+            write_private(root / "job.json", json.dumps(self._with_uid(spec, gpus), indent=2))
             pid = self._start_agent(root)
             # Written here as well as by the agent (which starts later): a server
             # sharing the data dir that steps the job next must find it launched.
@@ -233,7 +244,9 @@ class LocalBackend:
             handles.append(str(run))
             run.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not (run / "job.json").exists():
-                write_private(run / "job.json", json.dumps(self._with_uid(spec), indent=2))
+                # The pool's instance keeps the GPUs it started with.
+                gpus = self.gpus.held_by(str(spec.get("pool") or ""), str(home))
+                write_private(run / "job.json", json.dumps(self._with_uid(spec, gpus), indent=2))
             if not (run / "agent.pid").exists():
                 # The same process: alive() and "never launch twice" read this file.
                 shutil.copyfile(home / "agent.pid", run / "agent.pid")

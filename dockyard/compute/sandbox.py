@@ -43,6 +43,9 @@ TOOLS = {
 INSTALL = "apt-get install bubblewrap slirp4netns util-linux"
 UNSAFE_FLAG = "--unsafe-no-sandbox"
 
+# NVIDIA's device nodes every GPU process needs besides its GPUs' own /dev/nvidiaN.
+_GPU_SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
 # Where things are inside the sandbox.
 OPT_ML = "/opt/ml"
 VENV = "/opt/venv"
@@ -172,6 +175,9 @@ class Sandbox:
     # What must stay out of sight: no directory bound into the sandbox may hold it (the
     # instance's root, and so the data dir above it).
     private: Path | None = None
+    # The host GPUs it runs on: their device nodes (and the driver's shared ones) are
+    # bound into its /dev; no other GPU's is.
+    gpus: tuple[int, ...] = ()
 
     @property
     def dirs(self) -> SandboxDirs:
@@ -263,6 +269,9 @@ class Sandbox:
             args.append("--unshare-net")
         args += _system_binds()
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        if self.gpus:
+            for device in _GPU_SHARED + tuple(f"/dev/nvidia{gpu}" for gpu in self.gpus):
+                args += ["--dev-bind-try", device, device]
         # /tmp is a file system of each sandbox's own, new and empty: no process of the
         # job can have touched it while bwrap, as root, makes mount points in it (an
         # interpreter may live under /tmp, as a checkout's venv does).

@@ -1,7 +1,10 @@
 """The fleet: which instances dockyard may hand out, expanded from the config's groups.
 
 A group is one `[[fleet]]` table: `count` plain instances of one type in one AZ, or
-`ultraservers` UltraServers of `instances_per_ultraserver` instances each. Instance and
+`ultraservers` UltraServers of `instances_per_ultraserver` instances each. A plain
+group may list the host's GPUs its instances run on (`gpus = [0, 1, ...]`): they are
+shared out in order, the same number to each instance (one 8-GPU host as eight 1-GPU
+instances: `count = 8, gpus = [0, 1, 2, 3, 4, 5, 6, 7]`). Instance and
 UltraServer ids are derived from the group, so the same config always yields the
 same ids (a restart finds its instances again).
 """
@@ -29,6 +32,8 @@ class FleetInstance:
     availability_zone: str
     ultraserver_id: str | None = None
     ultraserver_type: str | None = None
+    # The host GPUs this instance runs on (its share of its group's `gpus`).
+    gpus: tuple[int, ...] = ()
 
     @property
     def pool_key(self) -> str:
@@ -61,6 +66,39 @@ def _int(group: Mapping[str, Any], key: str, where: str, default: int | None = N
     return value
 
 
+def _gpu_shares(gpus: Any, count: int, where: str) -> list[tuple[int, ...]]:
+    """A group's GPU list split into `count` equal shares, in order."""
+    if not isinstance(gpus, list) or any(
+        isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus
+    ):
+        raise FleetError(f"{where}: gpus must be a list of GPU indices such as [0, 1]")
+    if len(set(gpus)) != len(gpus):
+        raise FleetError(f"{where}: gpus names a GPU twice")
+    if len(gpus) % count:
+        raise FleetError(
+            f"{where}: {len(gpus)} GPUs cannot be shared equally by {count} instances"
+        )
+    size = len(gpus) // count
+    return [tuple(gpus[i * size : (i + 1) * size]) for i in range(count)]
+
+
+def gpu_shares(instances: Iterable[FleetInstance]) -> dict[str, list[tuple[int, ...]]]:
+    """Each pool's GPU shares (one per instance that has GPUs), in instance order: what
+    a backend hands its instances as they start. The GPUs are the host's (the local
+    backend runs every instance on one host): two instances given one GPU are refused."""
+    shares: dict[str, list[tuple[int, ...]]] = {}
+    owner: dict[int, str] = {}
+    for instance in instances:
+        if not instance.gpus:
+            continue
+        for gpu in instance.gpus:
+            other = owner.setdefault(gpu, instance.id)
+            if other != instance.id:
+                raise FleetError(f"GPU {gpu} is given to both {other} and {instance.id}")
+        shares.setdefault(instance.pool_key, []).append(instance.gpus)
+    return shares
+
+
 def expand(groups: Iterable[Mapping[str, Any]]) -> list[FleetInstance]:
     instances: list[FleetInstance] = []
     seen: set[str] = set()
@@ -80,6 +118,7 @@ def expand(groups: Iterable[Mapping[str, Any]]) -> list[FleetInstance]:
             "ultraserver_type",
             "ultraservers",
             "instances_per_ultraserver",
+            "gpus",
         }
         if unknown:
             raise FleetError(f"{where}: unknown keys {sorted(unknown)}")
@@ -93,8 +132,14 @@ def expand(groups: Iterable[Mapping[str, Any]]) -> list[FleetInstance]:
                         FleetInstance(f"{us_id}-{n:02d}", instance_type, az, us_id, us_type)
                     )
         else:
-            for n in range(1, _int(group, "count", where) + 1):
-                instances.append(FleetInstance(f"{az}-{instance_type}-{n:03d}", instance_type, az))
+            count = _int(group, "count", where)
+            shares = _gpu_shares(group.get("gpus", []), count, where)
+            for n in range(1, count + 1):
+                instances.append(
+                    FleetInstance(
+                        f"{az}-{instance_type}-{n:03d}", instance_type, az, gpus=shares[n - 1]
+                    )
+                )
     for instance in instances:
         if instance.id in seen:
             raise FleetError(f"instance {instance.id} is declared twice; merge the groups")

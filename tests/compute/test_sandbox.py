@@ -195,3 +195,14 @@ def test_each_account_has_a_sandbox_user_of_its_own(tmp_path: Path) -> None:
 def test_limits_come_from_the_spec() -> None:
     assert Limits.from_dict({"memory_bytes": 1024, "cpus": 2, "pids": 0}) == Limits(1024, 2, None)
     assert not Limits.from_dict(None).any
+
+
+def test_an_instance_sees_its_own_gpus_devices_only(tmp_path: Path) -> None:
+    command = _sandbox(tmp_path, gpus=(1, 3)).command(["x"], sys.executable)
+    binds = [command[i + 1] for i, arg in enumerate(command) if arg == "--dev-bind-try"]
+    assert "/dev/nvidia1" in binds and "/dev/nvidia3" in binds and "/dev/nvidiactl" in binds
+    assert "/dev/nvidia0" not in binds and "/dev/nvidia2" not in binds
+    # After the sandbox's own /dev, so they are in it; none without GPUs.
+    assert command.index("--dev") < command.index("--dev-bind-try")
+    plain = _sandbox(tmp_path / "other").command(["x"], sys.executable)
+    assert "--dev-bind-try" not in plain

@@ -140,6 +140,7 @@ class HostSpecs:
             "account_id": cluster.account_id,
             "sandbox": self._sandbox(node.instance_type),
             "availability_zone": node.availability_zone,
+            "pool": node.pool_key,
             "wake_socket": str(wake.directory(self.data_dir)),
             "node": reach,
         }
@@ -202,6 +203,8 @@ class HostSpecs:
                 "account_id": job.account_id,
                 "sandbox": sandbox,
                 "availability_zone": placement.az,
+                # The capacity pool it runs in: the backend gives it that pool's GPUs.
+                "pool": placement.pool,
                 "keep_alive_seconds": keep_alive_seconds(spec),
                 "metric_definitions": algorithm.get("MetricDefinitions") or [],
                 "wake_socket": str(wake.directory(self.data_dir)),
