@@ -17,6 +17,7 @@ from bench import (
     cold_start,
     offering_api,
     offering_search,
+    ray_warm,
     restart,
     scale,
 )
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[bool], bool]] = {
     "big_log": lambda quick: big_log.run(quick=quick),
     "restart": lambda quick: restart.run(quick=quick),
     "scale": lambda quick: scale.run(quick=quick),
+    "ray_warm": lambda quick: ray_warm.run(quick=quick),
 }
 
 

@@ -46,6 +46,10 @@ class Settings:
     # at once by API calls, by the agents' reports, by manual clock jumps and by the
     # deadlines they keep (a warm pool's, a plan block's); the tick is a safety net.
     reconcile_interval_seconds: int = 10
+    # Where instances run: "local" (this host's processes) or "ray" (a Ray cluster's
+    # nodes, at ray_address; compute/ray_backend.py).
+    backend: str = "local"
+    ray_address: str = ""
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -104,6 +108,10 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(f"clock must be real or manual (got {settings.clock!r})")
     if settings.sandbox not in ("bwrap", "none"):
         raise ConfigError(f"sandbox must be bwrap or none (got {settings.sandbox!r})")
+    if settings.backend not in ("local", "ray"):
+        raise ConfigError(f"backend must be local or ray (got {settings.backend!r})")
+    if settings.backend == "ray" and not settings.ray_address:
+        raise ConfigError("the ray backend needs the cluster's address: --ray-address HOST:PORT")
     try:
         from dockyard.domain.instance_types import catalogue
 

@@ -17,6 +17,7 @@ from dockyard.api.context import ServerState
 from dockyard.api.s3 import S3Front
 from dockyard.clock import ManualClock, make_clock
 from dockyard.compute import sandbox, wake
+from dockyard.compute.backend import Backend
 from dockyard.compute.local import LocalBackend
 from dockyard.compute.wake import Listener
 from dockyard.config import Settings, plan_settings
@@ -117,9 +118,15 @@ def build(settings: Settings) -> Server:
     plans = plan_settings(settings)
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
-    backend = LocalBackend(
-        settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(plans.fleet))
-    )
+    backend: Backend
+    if settings.backend == "ray":
+        from dockyard.compute.ray_backend import RayBackend  # Ray's import is slow
+
+        backend = RayBackend(settings.ray_address, settings.data_dir)
+    else:
+        backend = LocalBackend(
+            settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(plans.fleet))
+        )
     box = SecretBox.for_data_dir(settings.data_dir)
     # The calendar in memory, shared by searches and on-demand placement.
     calendars = CalendarCache()

@@ -48,6 +48,17 @@ def serve(
             help="real, or manual: time moves only with `dockyard clock` [default: real]."
         ),
     ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="Where instances run: local (this host's processes) or ray (a Ray "
+            "cluster's nodes, see --ray-address and docs/status.md) [default: local]."
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster's address (HOST:PORT) for --backend ray."),
+    ] = None,
     unsafe_no_sandbox: Annotated[
         bool,
         typer.Option(
@@ -73,6 +84,8 @@ def serve(
             database_url=database_url,
             clock=clock,
             s3_endpoint_url=s3_endpoint_url,
+            backend=backend,
+            ray_address=ray_address,
             sandbox="none" if unsafe_no_sandbox else None,
         )
     except ConfigError as exc:
