@@ -41,10 +41,6 @@ class Caller:
         return self.key.account_id if self.key else None
 
 
-class Refused(Exception):
-    """A page the caller may not see (signed in as the wrong kind)."""
-
-
 Page = Callable[[Request, Caller], Awaitable[Response]]
 
 
