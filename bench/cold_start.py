@@ -25,6 +25,8 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,42 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(data_dir: Path, extra: Sequence[str] = ()) -> Iterator[Any]:
+    """A dockyard server on a free port with `extra` flags, until the block ends (its
+    agents ended with it); a boto3 SageMaker client for its development account."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dockyard.cli.main", "serve", "--port", str(port),
+         "--data-dir", str(data_dir), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        credentials = configparser.ConfigParser()
+        credentials.read(data_dir / "credentials")
+        yield boto3.client(
+            "sagemaker",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id=credentials["default"]["aws_access_key_id"],
+            aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        end_agents(data_dir, grace=1.0)
 
 
 def _bare_python(runs: int) -> list[float]:
@@ -139,48 +177,11 @@ def run(quick: bool = False) -> bool:
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        port = _free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dockyard.cli.main",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
-            credentials = configparser.ConfigParser()
-            credentials.read(data_dir / "credentials")
-            client = boto3.client(
-                "sagemaker",
-                endpoint_url=f"http://127.0.0.1:{port}",
-                region_name="us-east-1",
-                aws_access_key_id=credentials["default"]["aws_access_key_id"],
-                aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
-            )
+        with serving(data_dir) as client:
             bare = _bare_python(runs * 3)
             plain = _jobs(client, data_dir, "plain", None, runs)
             with_requirements = _jobs(client, data_dir, "reqs", "tomli-w==1.0.0\n", runs)
             warm = _jobs(client, data_dir, "warm", "tomli-w==1.0.0\n", runs, keep_alive=600)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            end_agents(data_dir, grace=1.0)
     rows = {
         "bare python -S -c pass": bare,
         "cold job, no requirements": plain,

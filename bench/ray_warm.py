@@ -10,66 +10,22 @@ Both servers share nothing; each run's first job warms caches and is not counted
 
 from __future__ import annotations
 
-import configparser
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
-import boto3
 from rich.console import Console
 from rich.table import Table
 
-from bench.cold_start import _jobs
+from bench.cold_start import _jobs, serving
 from bench.saved import save
-from dockyard.compute.local import end_agents
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _measure(data_dir: Path, extra: list[str], runs: int) -> tuple[list[float], list[float]]:
     """(cold, warm) first-line latencies on a server started with `extra` flags."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dockyard.cli.main", "serve", "--port", str(port),
-         "--data-dir", str(data_dir), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        credentials = configparser.ConfigParser()
-        credentials.read(data_dir / "credentials")
-        client: Any = boto3.client(
-            "sagemaker",
-            endpoint_url=f"http://127.0.0.1:{port}",
-            region_name="us-east-1",
-            aws_access_key_id=credentials["default"]["aws_access_key_id"],
-            aws_secret_access_key=credentials["default"]["aws_secret_access_key"],
-        )
+    with serving(data_dir, extra) as client:
         cold = _jobs(client, data_dir, "cold", None, runs)
         warm = _jobs(client, data_dir, "warm", None, runs, keep_alive=600)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        end_agents(data_dir, grace=1.0)
     return cold, warm
 
 
