@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -28,6 +28,7 @@ from dockyard.control.plans import PlansReconciler
 from dockyard.control.pools import PoolsReconciler
 from dockyard.defaults import DEFAULT_BUCKET
 from dockyard.domain import fleet as fleet_rules
+from dockyard.domain import instance_types
 from dockyard.s3.gateway import S3Gateway
 from dockyard.secretbox import SecretBox
 from dockyard.services import bootstrap, clock_state, fleet
@@ -116,14 +117,20 @@ def build(settings: Settings) -> Server:
         with db.session() as session:
             clock_state.save(session, clock.now())
     plans = plan_settings(settings)
-    with db.session() as session:
-        fleet.sync_fleet(session, plans.fleet, clock.now())
     backend: Backend
     if settings.backend == "ray":
         from dockyard.compute.ray_backend import RayBackend  # Ray's import is slow
 
         backend = RayBackend(settings.ray_address, settings.data_dir)
-    else:
+        kinds = instance_types.catalogue(settings.extra.get("instance_types"))
+        discovered = backend.discover({name: kind.gpus for name, kind in kinds.items()})
+        if discovered:
+            declared = settings.extra.get("fleet") or []
+            plans = replace(plans, fleet=fleet_rules.merged(declared, discovered))
+            log.info("fleet from the Ray nodes: %s", discovered)
+    with db.session() as session:
+        fleet.sync_fleet(session, plans.fleet, clock.now())
+    if settings.backend != "ray":
         backend = LocalBackend(
             settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(plans.fleet))
         )

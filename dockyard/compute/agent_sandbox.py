@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dockyard.compute.agent_env import Layout, build_env, container_env
 from dockyard.compute.agent_files import hand_over
+from dockyard.compute.agent_overlay import Overlay, OverlayError, addresses
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import BOOT, Zygote
 from dockyard.compute.sandbox import (
@@ -63,6 +64,7 @@ class Confinement:
         # Why the instance has no resource limits, when it has none (for the agent log).
         self.note = note
         self._keys: dict[tuple[str, bool, str], tuple[str, ...]] = {}
+        self.overlay: Overlay | None = None  # the job network across machines, if any
 
     @property
     def uid(self) -> int | None:
@@ -86,11 +88,17 @@ class Confinement:
         uid = spec.sandbox_uid
         if uid is None:
             raise ConfinementError("InternalServerError: job.json names no sandbox uid")
-        home = layout.root.parent
+        # Hosts on one machine share their home's namespace; a host whose peers are on
+        # other machines has one of its own, joined to theirs by the job network.
+        home = layout.root if spec.overlay else layout.root.parent
         network = HomeNetwork(home, spec.network_isolation)
+        overlay = None
         try:
             netns = network.join(spec.host, os.getpid())
-        except NetworkError as exc:
+            if spec.overlay:
+                overlay = Overlay(netns, spec.host, spec.hosts, spec.overlay)
+        except (NetworkError, OverlayError) as exc:
+            network.leave(spec.host)
             raise ConfinementError(
                 f"InternalServerError: could not set up the job's network: {exc}"
             ) from exc
@@ -109,16 +117,24 @@ class Confinement:
                 cgroup=cgroup,
                 private=layout.root,
                 gpus=tuple(spec.gpus),
+                addresses=tuple(addresses(spec.hosts).items()) if overlay else (),
             )
             sandbox.write_files()
         except BaseException:
+            if overlay is not None:
+                overlay.close()
             network.leave(spec.host)
             raise
-        return cls(layout, sandbox, network, cgroup, note)
+        confinement = cls(layout, sandbox, network, cgroup, note)
+        confinement.overlay = overlay
+        return confinement
 
     def close(self) -> None:
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.overlay is not None:
+            self.overlay.close()
+            self.overlay = None
         if self.network is not None and self.sandbox is not None:
             self.network.leave(self.sandbox.hostname)
 

@@ -67,6 +67,10 @@ class JobSpec:
     # group's OnCreate script; once that succeeded the node stays up ("running") until
     # it is stopped, and nothing is uploaded.
     node: dict[str, Any] | None = None
+    # On a backend whose hosts are on different machines (Ray): the job network
+    # (`agent_overlay`) - {"key": hex secret, "peers": {host: [node address, UDP port]}}.
+    # The instance gets a network namespace of its own, joined to its peers' by it.
+    overlay: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import json
 import logging
 import os
@@ -33,12 +32,11 @@ from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
 from dockyard.compute.gpus import GpuShares
+from dockyard.compute.instance_files import InstanceFiles
 from dockyard.compute.instance_state import LAUNCHING, InstanceState
-from dockyard.compute.log_index import LogReader, read_metrics
 from dockyard.compute.private_files import write_private
 from dockyard.compute.sandbox_limits import remove_for
 from dockyard.compute.sandbox_network import sweep as sweep_networks
-from dockyard.domain.metrics import Latest
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +111,11 @@ def _wake(home: Path) -> None:
         os.close(fd)
 
 
-class LocalBackend:
+class LocalBackend(InstanceFiles):
     def __init__(
         self, data_dir: Path, gpu_shares: Mapping[str, list[tuple[int, ...]]] | None = None
     ) -> None:
-        self.root = Path(data_dir).resolve() / "instances"
+        super().__init__(Path(data_dir).resolve() / "instances")
         # The host's GPUs, by pool, handed to instances as they start (`gpus`).
         self.gpus = GpuShares(Path(data_dir).resolve() / "gpus", gpu_shares or {})
         self.uids = Path(data_dir).resolve() / "sandbox" / "uids"
@@ -277,40 +275,6 @@ class LocalBackend:
 
     def healthy(self, home_key: str, hosts: list[str]) -> bool:
         return all(self.alive(str(self._root(home_key, host))) for host in hosts)
-
-    # -- what instances report, besides their state ---------------------------------
-
-    def logged_hosts(self, job_key: str) -> list[str]:
-        try:
-            hosts = [
-                entry.name
-                for entry in (self.root / job_key).iterdir()
-                if _HOST.fullmatch(entry.name) and Layout(entry).log_file.is_file()
-            ]
-        except OSError:
-            return []
-        return sorted(hosts, key=lambda name: int(name.removeprefix("algo-")))
-
-    def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
-        pattern = f"{glob.escape(key_prefix)}*/*/logs/output.jsonl"
-        found = [
-            (log.parent.parent.parent.name, log.parent.parent.name)
-            for log in self.root.glob(pattern)
-        ]
-        return sorted(found)
-
-    def open_log(self, job_key: str, host: str) -> LogReader:
-        return LogReader(Layout(self._root(job_key, host)).log_file)
-
-    def metrics(self, job_key: str, host: str) -> Latest:
-        return read_metrics(Layout(self._root(job_key, host)).metrics_file)
-
-    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
-        try:
-            spec = json.loads(Layout(self._root(job_key, host)).job_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return spec if isinstance(spec, dict) else None
 
     def poll(self, handle: str) -> InstanceState:
         child = self._children.get(handle)

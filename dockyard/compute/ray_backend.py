@@ -24,16 +24,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from dockyard.clock import monotonic
 from dockyard.compute.agent_exec import ExecRequest
+from dockyard.compute.backend import InstanceLog
+from dockyard.compute.instance_files import InstanceFiles
 from dockyard.compute.instance_state import LAUNCHING, InstanceState
 from dockyard.compute.log_index import Event
 from dockyard.compute.private_files import write_private
+from dockyard.domain import fleet as fleet_rules
 from dockyard.domain.metrics import Latest
 
 log = logging.getLogger(__name__)
@@ -42,6 +49,12 @@ log = logging.getLogger(__name__)
 CALL_SECONDS = 30.0
 # How long a new job's placement group may wait for room on the cluster.
 PLACEMENT_SECONDS = 120.0
+# Phases after which an instance does nothing more.
+ENDED = ("completed", "failed", "stopped")
+# How often finished instances' actors are looked for (`sweep`).
+SWEEP_SECONDS = 2.0
+# What an instance's bundle takes of its node's `dockyard/az/<az>` resource (1 per node).
+AZ_SHARE = 0.001
 
 
 def namespace(data_dir: Path) -> str:
@@ -54,6 +67,7 @@ def _host_class() -> Any:
     with `--backend ray` needs it."""
     import ray
 
+    from dockyard.compute.gpus import GpuShares
     from dockyard.compute.local import LocalBackend
 
     @ray.remote(num_cpus=0, max_restarts=0)
@@ -61,10 +75,47 @@ def _host_class() -> Any:
         """One instance on its node, run by a LocalBackend of the node's own."""
 
         def __init__(self, node_data_dir: str) -> None:
-            self.backend = LocalBackend(Path(node_data_dir))
+            self.node_data_dir = Path(node_data_dir)
+            self.backend = LocalBackend(self.node_data_dir)
+            # (job key, host) of each instance it ran: the pool's own and its later jobs.
+            self.instances: set[tuple[str, str]] = set()
 
         def call(self, method: str, *args: Any) -> Any:
+            if method == "launch":
+                self._take_gpus(args[1])
+                self.instances.update((args[0], spec["host"]) for spec in args[1])
+            elif method == "assign":
+                self.instances.update((args[1], spec["host"]) for spec in args[2])
             return getattr(self.backend, method)(*args)
+
+        def finished(self) -> bool:
+            """Whether all its instances are over: each reported its end and no agent
+            of it runs (a warm pool's agent waits for its next job: not over)."""
+            if not self.instances:
+                return False
+            for job_key, host in self.instances:
+                handle = self.backend.handle(job_key, host)
+                if self.backend.alive(handle):
+                    return False
+                if self.backend.poll(handle).get("phase") not in ENDED:
+                    return False
+            return True
+
+        def pack(self) -> list[tuple[str, str, dict[str, bytes]]]:
+            """What its instances leave behind (logs, metrics, spec, state), to keep."""
+            return [(key, host, self.backend.pack(key, host)) for key, host in self.instances]
+
+        def _take_gpus(self, specs: list[dict[str, Any]]) -> None:
+            """The GPUs Ray gave this actor (its `num_gpus`) are its instance's share:
+            the LocalBackend hands them out as it does a fleet group's `gpus`."""
+            ids = tuple(int(i) for i in ray.get_gpu_ids() if str(i).isdigit())
+            if not ids:
+                return
+            actor = ray.get_runtime_context().get_actor_id()
+            self.backend.gpus = GpuShares(
+                self.node_data_dir / "gpus" / "ray" / str(actor),
+                {str(spec.get("pool") or ""): [ids] for spec in specs},
+            )
 
         def log(self, job_key: str, host: str, operation: str, *args: Any) -> Any:
             with self.backend.open_log(job_key, host) as reader:
@@ -81,6 +132,14 @@ def _host_class() -> Any:
 
         def node(self) -> str:
             return str(ray.get_runtime_context().get_node_id())
+
+        def endpoint(self) -> tuple[str, int]:
+            """Where this instance's agent takes its job network's datagrams: the node's
+            address and a port free on it now (the agent binds it as it starts)."""
+            address = ray.util.get_node_ip_address()
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.bind((address, 0))
+                return address, int(probe.getsockname()[1])
 
     return InstanceHost
 
@@ -153,6 +212,56 @@ class RayBackend:
         )
         self._host = _host_class()
         self._aliases_file = self.data_dir / "ray-aliases.json"
+        # Pools offered by the nodes' resources (`discover`): pool key -> (the resources
+        # one instance's bundle takes, its GPUs).
+        self._offered: dict[str, tuple[dict[str, float], int]] = {}
+        # Instances whose actors have ended: their files, shipped from their nodes.
+        self._ended = InstanceFiles(self.data_dir / "ray-ended")
+        # Each job attempt placed once (`launch`): an instance lost after that is not
+        # started again.
+        self._placed = self.data_dir / "ray-placed"
+        # Placing a job and sweeping ended ones never interleave: a placement group
+        # whose actors are still to come is not an orphan.
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep_forever, name="ray-sweep", daemon=True)
+        self._sweeper.start()
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._sweeper.join(timeout=CALL_SECONDS)
+
+    # -- the fleet --------------------------------------------------------------------
+
+    def discover(self, gpus_of: Mapping[str, int]) -> list[dict[str, Any]]:
+        """The fleet groups the cluster's live nodes offer (`dockyard/<type>` and
+        `dockyard/az/<az>` resources, docs/ray.md); from here on an instance of such a
+        pool is placed only on a node that offers it, with its type's GPUs."""
+        nodes = [
+            (str(node.get("NodeID", "?")), dict(node.get("Resources") or {}))
+            for node in self._ray.nodes()
+            if node.get("Alive")
+        ]
+        groups = fleet_rules.discovered_groups(nodes, gpus_of)
+        self._offered = {
+            fleet_rules.pool_key(g["instance_type"], g["availability_zone"], None): (
+                {
+                    fleet_rules.type_resource(g["instance_type"]): 1.0,
+                    # Any share of the zone's marker: it only says where the node is.
+                    fleet_rules.az_resource(g["availability_zone"]): AZ_SHARE,
+                },
+                gpus_of.get(g["instance_type"], 0),
+            )
+            for g in groups
+        }
+        return groups
+
+    def _bundle(self, spec: Mapping[str, Any]) -> tuple[dict[str, float], int]:
+        resources, gpus = self._offered.get(str(spec.get("pool") or ""), ({}, 0))
+        bundle = {"CPU": 0.01, **resources}
+        if gpus:
+            bundle["GPU"] = float(gpus)
+        return bundle, gpus
 
     # -- actors ---------------------------------------------------------------------
 
@@ -198,42 +307,93 @@ class RayBackend:
     # -- the Backend protocol ---------------------------------------------------------
 
     def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+        with self._lock:
+            return self._launch(job_key, host_specs)
+
+    def _launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         """Start each host's actor in the job's placement group; safe to repeat. An
-        instance whose actor is gone after it was placed (its placement group exists)
-        is lost, never started again: the control plane sees it not alive."""
-        from ray.util.placement_group import get_placement_group, placement_group
+        instance whose actor is gone after its attempt was placed is lost, never
+        started again: the control plane sees it not alive."""
+        from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         new = []
         for spec in host_specs:
-            actor = self._actor(f"{job_key}/{spec['host']}")
+            actor_name = f"{job_key}/{spec['host']}"
+            actor = self._actor(actor_name)
+            if actor is not None and self._launched_attempt(actor, job_key, spec) < int(
+                spec.get("attempt", 1)
+            ):
+                # A plan job resumed in a later block: fresh instances, placed anew (on
+                # whichever node offers the block's capacity now).
+                self._ray.kill(actor)
+                self._wait_gone(actor_name)
+                actor = None
             if actor is not None:
-                self._call(actor, "launch", job_key, [spec])  # idempotent; a resumed job
+                self._call(actor, "launch", job_key, [spec])  # launched already: a no-op
                 continue
-            name = f"pg:{job_key}:{spec.get('attempt', 1)}"
-            try:
-                get_placement_group(name)
-            except ValueError:
+            if not (self._placed / f"{job_key}.{spec.get('attempt', 1)}").exists():
                 new.append(spec)  # never placed: start it
         if new:
             attempt = new[0].get("attempt", 1)
+            bundles = [self._bundle(spec) for spec in new]
             group = placement_group(
-                [{"CPU": 0.01} for _ in new],
+                [bundle for bundle, _ in bundles],
                 strategy="STRICT_SPREAD" if len(new) > 1 else "PACK",
                 name=f"pg:{job_key}:{attempt}",
                 lifetime="detached",
             )
-            self.get(group.ready(), timeout=PLACEMENT_SECONDS)
-            for index, spec in enumerate(new):
-                actor = self._host.options(
+            try:
+                self.get(group.ready(), timeout=PLACEMENT_SECONDS)
+            except self._ray.exceptions.GetTimeoutError:
+                remove_placement_group(group)
+                raise
+            self._placed.mkdir(mode=0o700, exist_ok=True)
+            (self._placed / f"{job_key}.{attempt}").touch()
+            actors = [
+                self._host.options(
                     name=f"{job_key}/{spec['host']}",
                     lifetime="detached",
+                    num_gpus=bundles[index][1],
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=group, placement_group_bundle_index=index
                     ),
                 ).remote(self.node_data_dir)
-                self._call(actor, "launch", job_key, [spec])
+                for index, spec in enumerate(new)
+            ]
+            overlay = self._overlay(new, actors)
+            for actor, spec in zip(actors, new, strict=True):
+                self._call(actor, "launch", job_key, [{**spec, "overlay": overlay}])
         return [self.handle(job_key, spec["host"]) for spec in host_specs]
+
+    def _launched_attempt(self, actor: Any, job_key: str, spec: Mapping[str, Any]) -> int:
+        try:
+            launched = self._call(actor, "launched_spec", job_key, spec["host"])
+        except self._ray.exceptions.RayError:
+            return int(spec.get("attempt", 1))  # unreachable: lost, not replaced here
+        return int((launched or {}).get("attempt", 1))
+
+    def _wait_gone(self, name: str) -> None:
+        """Until a killed actor's name is free for its successor."""
+        deadline = monotonic() + CALL_SECONDS
+        while self._actor(name) is not None:
+            if monotonic() > deadline:
+                raise RuntimeError(f"Ray did not end the actor {name}")
+            time.sleep(0.05)
+
+    def _overlay(self, specs: list[dict[str, Any]], actors: list[Any]) -> dict[str, Any] | None:
+        """The job network of a job whose hosts are on several nodes (`agent_overlay`):
+        a secret of the job's and each host's node address and UDP port."""
+        if len(specs[0].get("hosts") or ()) < 2:
+            return None
+        endpoints = self.get([actor.endpoint.remote() for actor in actors])
+        return {
+            "key": secrets.token_hex(16),
+            "peers": {
+                spec["host"]: list(endpoint)
+                for spec, endpoint in zip(specs, endpoints, strict=True)
+            },
+        }
 
     def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         handles = []
@@ -248,37 +408,77 @@ class RayBackend:
         return handles
 
     def release(self, home_key: str, hosts: list[str]) -> bool:
+        """Tell the pool's agents to go; their actors end once they have (`sweep`)."""
         gone = True
         for host in hosts:
-            name = self._actor_name(home_key, host)
-            actor = self._actor(name)
+            actor = self._actor(self._actor_name(home_key, host))
             if actor is None:
                 continue
             try:
-                done = self._call(actor, "release", home_key, [host])
+                gone = bool(self._call(actor, "release", home_key, [host])) and gone
             except self._ray.exceptions.RayError:
-                done = True
-            if done:
-                self._end(actor, name)
-            gone = gone and bool(done)
+                continue  # its node is gone, and the agent with it
         return gone
 
-    def _end(self, actor: Any, name: str) -> None:
-        """The instance is over for good: its actor goes, and its placement group."""
-        from ray.util.placement_group import get_placement_group, remove_placement_group
+    # -- ending actors ------------------------------------------------------------------
 
-        job_key, _, host = name.rpartition("/")
-        spec = None
-        try:
-            spec = self._call(actor, "launched_spec", job_key, host)
-        except self._ray.exceptions.RayError:
-            pass
-        self._ray.kill(actor)
-        try:
-            group = get_placement_group(f"pg:{job_key}:{(spec or {}).get('attempt', 1)}")
-        except ValueError:
-            return
-        remove_placement_group(group)
+    def _sweep_forever(self) -> None:
+        while not self._stopping.wait(SWEEP_SECONDS):
+            try:
+                self.sweep()
+            except Exception:  # the next pass tries again
+                log.exception("sweeping ended Ray instances failed")
+
+    def sweep(self) -> None:
+        """End the actors of jobs whose instances are all over, keeping their files
+        first, and remove placement groups no actor is left in (a dead node's, or one
+        left by a crash). Safe to repeat: a pass that stops half way is finished by the
+        next."""
+        from ray.util.placement_group import (
+            get_placement_group,
+            placement_group_table,
+            remove_placement_group,
+        )
+
+        with self._lock:
+            by_job: dict[str, list[str]] = {}
+            for job_key, _host, name in self._job_actors("", aliases=False):
+                by_job.setdefault(job_key, []).append(name)
+            for names in by_job.values():
+                actors = [a for a in (self._actor(n) for n in names) if a is not None]
+                try:
+                    if not all(self.get(a.finished.remote()) for a in actors):
+                        continue
+                    for actor in actors:
+                        for key, host, files in self.get(actor.pack.remote()):
+                            self._ended.unpack(key, host, files)
+                except self._ray.exceptions.RayError:
+                    continue  # a node is down: its actor is noticed gone next time
+                for actor in actors:
+                    self._ray.kill(actor)
+                for name in names:
+                    self._alias_gone(name)
+            live = {key for key, _host, _name in self._job_actors("", aliases=False)}
+            placed = {
+                f"pg:{m.name.rpartition('.')[0]}:{m.name.rpartition('.')[2]}"
+                for m in self._placed.glob("*")
+            }
+            for group in placement_group_table().values():
+                # Only this data dir's own (the table holds every namespace's).
+                name = str(group.get("name") or "")
+                if name not in placed or group.get("state") == "REMOVED":
+                    continue
+                if name[3:].rpartition(":")[0] not in live:
+                    try:
+                        remove_placement_group(get_placement_group(name))
+                    except ValueError:
+                        continue  # removed meanwhile
+
+    def _alias_gone(self, home: str) -> None:
+        aliases = self._aliases()
+        kept = {alias: name for alias, name in aliases.items() if name != home}
+        if kept != aliases:
+            write_private(self._aliases_file, json.dumps(kept))
 
     def healthy(self, home_key: str, hosts: list[str]) -> bool:
         return all(self.alive(self.handle(home_key, host)) for host in hosts)
@@ -287,7 +487,9 @@ class RayBackend:
         name, job_key, host = self._split(handle)
         actor = self._actor(name)
         if actor is None:
-            return dict(LAUNCHING)  # type: ignore[return-value]
+            # Ended (its files kept here) or lost with its node (LAUNCHING, not alive).
+            ended = self._ended.state(job_key, host)
+            return ended or dict(LAUNCHING)  # type: ignore[return-value]
         try:
             local = self._call(actor, "handle", job_key, host)
             state = self._call(actor, "poll", local)
@@ -316,9 +518,9 @@ class RayBackend:
 
     # -- what instances report --------------------------------------------------------
 
-    def _job_actors(self, prefix: str) -> list[tuple[str, str, str]]:
+    def _job_actors(self, prefix: str, aliases: bool = True) -> list[tuple[str, str, str]]:
         """(job key, host, actor name) of every instance whose job key starts with the
-        prefix: named actors, and jobs run on a warm pool's actor."""
+        prefix: named actors, and (`aliases`) jobs run on a warm pool's actor."""
         found = []
         for entry in self._ray.util.list_named_actors(all_namespaces=True):
             name = entry["name"] if isinstance(entry, dict) else str(entry)
@@ -327,14 +529,14 @@ class RayBackend:
             key, _, host = name.rpartition("/")
             if key.startswith(prefix):
                 found.append((key, host, name))
-        for alias, home in self._aliases().items():
+        for alias, home in (self._aliases() if aliases else {}).items():
             key, _, host = alias.rpartition("/")
             if key.startswith(prefix):
                 found.append((key, host, home))
         return sorted(set(found))
 
     def logged_hosts(self, job_key: str) -> list[str]:
-        hosts: set[str] = set()
+        hosts = set(self._ended.logged_hosts(job_key))
         for key, _host, name in self._job_actors(job_key):
             actor = self._actor(name)
             if key == job_key and actor is not None:
@@ -345,7 +547,7 @@ class RayBackend:
         return sorted(hosts, key=lambda h: int(h.removeprefix("algo-")) if h[5:].isdigit() else 0)
 
     def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
-        found: set[tuple[str, str]] = set()
+        found = set(self._ended.logged_instances(key_prefix))
         for key, _host, name in self._job_actors(key_prefix):
             actor = self._actor(name)
             if actor is None:
@@ -356,13 +558,23 @@ class RayBackend:
                 continue
         return sorted(found)
 
-    def open_log(self, job_key: str, host: str) -> ActorLog:
-        return ActorLog(self, self._actor(self._actor_name(job_key, host)), job_key, host)
+    def _reporter(self, job_key: str, host: str) -> Any:
+        """The instance's actor while it has one, else None (its files are kept here
+        once it ended, or lost with its node)."""
+        if self._ended.has(job_key, host):
+            return None
+        return self._actor(self._actor_name(job_key, host))
+
+    def open_log(self, job_key: str, host: str) -> InstanceLog:
+        actor = self._reporter(job_key, host)
+        if actor is None:
+            return self._ended.open_log(job_key, host)
+        return ActorLog(self, actor, job_key, host)
 
     def metrics(self, job_key: str, host: str) -> Latest:
-        actor = self._actor(self._actor_name(job_key, host))
+        actor = self._reporter(job_key, host)
         if actor is None:
-            return {}
+            return self._ended.metrics(job_key, host)
         try:
             found = self._call(actor, "metrics", job_key, host)
         except self._ray.exceptions.RayError:
@@ -370,9 +582,9 @@ class RayBackend:
         return {str(k): (float(v[0]), int(v[1])) for k, v in dict(found).items()}
 
     def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
-        actor = self._actor(self._actor_name(job_key, host))
+        actor = self._reporter(job_key, host)
         if actor is None:
-            return None
+            return self._ended.launched_spec(job_key, host)
         try:
             spec = self._call(actor, "launched_spec", job_key, host)
         except self._ray.exceptions.RayError:
@@ -392,3 +604,32 @@ class RayBackend:
 
     def shell_connect(self, handle: str) -> socket.socket:
         raise OSError("shells on cluster nodes are not available on the Ray backend yet")
+
+
+def end_all(address: str, data_dir: Path) -> None:
+    """End every actor and placement group of a data dir's (`local.end_agents` for Ray):
+    for throwing a data dir away (tests, benchmarks), never for a server's restart."""
+    import ray
+    from ray.util.placement_group import get_placement_group, remove_placement_group
+
+    ray.init(
+        address=address,
+        namespace=namespace(data_dir),
+        ignore_reinit_error=True,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
+    try:
+        for entry in ray.util.list_named_actors(all_namespaces=False):
+            try:
+                ray.kill(ray.get_actor(str(entry)))
+            except ValueError:
+                continue
+        for marker in (Path(data_dir) / "ray-placed").glob("*"):
+            job_key, _, attempt = marker.name.rpartition(".")
+            try:
+                remove_placement_group(get_placement_group(f"pg:{job_key}:{attempt}"))
+            except ValueError:
+                continue
+    finally:
+        ray.shutdown()

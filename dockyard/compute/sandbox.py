@@ -178,6 +178,9 @@ class Sandbox:
     # The host GPUs it runs on: their device nodes (and the driver's shared ones) are
     # bound into its /dev; no other GPU's is.
     gpus: tuple[int, ...] = ()
+    # Each host's address on the job network (`agent_overlay`), when its hosts are on
+    # different machines; otherwise they all share the namespace's loopback.
+    addresses: tuple[tuple[str, str], ...] = ()
 
     @property
     def dirs(self) -> SandboxDirs:
@@ -196,8 +199,13 @@ class Sandbox:
         except OSError:
             system_hosts = "127.0.0.1 localhost\n"
         # Every host of a job is in one network namespace: algo-1..N resolve to its
-        # loopback, so instances rendezvous by host name as on SageMaker.
-        hosts = system_hosts.rstrip("\n") + "\n127.0.0.1 " + " ".join(self.hosts) + "\n"
+        # loopback, so instances rendezvous by host name as on SageMaker. Across
+        # machines each resolves to its address on the job network.
+        if self.addresses:
+            named = "".join(f"{address} {host}\n" for host, address in self.addresses)
+        else:
+            named = "127.0.0.1 " + " ".join(self.hosts) + "\n"
+        hosts = system_hosts.rstrip("\n") + "\n" + named
         uid = self.uid
         files = {
             "hosts": hosts,

@@ -94,17 +94,27 @@ def _in_thread(work: Callable[[], T]) -> T:
     return made[0]
 
 
-def listen(namespace: str, host: str, port: int, backlog: int) -> socket.socket:
-    """A TCP socket listening on host:port inside the network namespace `namespace` (a
-    path such as /proc/PID/fd/N). It stays in that namespace: whoever accepts on it
-    talks with that network, from wherever it runs."""
+def enter(namespace: str, work: Callable[[], T]) -> T:
+    """Run `work` inside the network namespace `namespace` (a path such as
+    /proc/PID/fd/N), in a thread of its own; answer what it answered. What it makes
+    there (a socket, a device) stays in that namespace, whoever uses it later."""
 
-    def make() -> socket.socket:
+    def inside() -> T:
         fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
         try:
             _check(_libc.setns(fd, _CLONE_NEWNET), "setns(CLONE_NEWNET)")
         finally:
             os.close(fd)
+        return work()
+
+    return _in_thread(inside)
+
+
+def listen(namespace: str, host: str, port: int, backlog: int) -> socket.socket:
+    """A TCP socket listening on host:port inside the network namespace `namespace`:
+    whoever accepts on it talks with that network, from wherever it runs."""
+
+    def make() -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.bind((host, port))
@@ -114,7 +124,7 @@ def listen(namespace: str, host: str, port: int, backlog: int) -> socket.socket:
             raise
         return sock
 
-    return _in_thread(make)
+    return enter(namespace, make)
 
 
 def inode(fd: int) -> int:

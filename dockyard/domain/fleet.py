@@ -145,3 +145,82 @@ def expand(groups: Iterable[Mapping[str, Any]]) -> list[FleetInstance]:
             raise FleetError(f"instance {instance.id} is declared twice; merge the groups")
         seen.add(instance.id)
     return instances
+
+
+# A Ray node offers dockyard instances by custom resources (docs/ray.md):
+# `dockyard/<instance type>` = how many instances of that type it runs, and
+# `dockyard/az/<availability zone>` = 1 for the zone it stands in.
+RESOURCE_PREFIX = "dockyard/"
+AZ_PREFIX = "dockyard/az/"
+
+
+def type_resource(instance_type: str) -> str:
+    return f"{RESOURCE_PREFIX}{instance_type}"
+
+
+def az_resource(availability_zone: str) -> str:
+    return f"{AZ_PREFIX}{availability_zone}"
+
+
+def discovered_groups(
+    nodes: Iterable[tuple[str, Mapping[str, float]]], gpus_of: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """The fleet groups a Ray cluster's nodes offer: one `count` group per (type, AZ),
+    summed over the nodes, in a stable order. `nodes` is (node id, its resources);
+    `gpus_of` the GPUs one instance of a type has. A node that offers instances but no
+    AZ, or two AZs, or fewer GPUs than its instances need, is refused by name."""
+    counts: dict[tuple[str, str], int] = {}
+    for node_id, resources in nodes:
+        offered = {
+            name.removeprefix(RESOURCE_PREFIX): amount
+            for name, amount in resources.items()
+            if name.startswith(RESOURCE_PREFIX) and not name.startswith(AZ_PREFIX)
+        }
+        if not offered:
+            continue
+        zones = [name.removeprefix(AZ_PREFIX) for name in resources if name.startswith(AZ_PREFIX)]
+        where = f"Ray node {node_id}"
+        if len(zones) != 1:
+            raise FleetError(
+                f"{where} offers {sorted(offered)} and must name one availability zone "
+                f"as a {AZ_PREFIX}<az> resource (it names {len(zones)})"
+            )
+        needed = 0
+        for instance_type, amount in offered.items():
+            if not _INSTANCE_TYPE.fullmatch(instance_type):
+                raise FleetError(f"{where}: {RESOURCE_PREFIX}{instance_type} is not an ml.* type")
+            if amount < 1 or not float(amount).is_integer():
+                raise FleetError(
+                    f"{where}: {RESOURCE_PREFIX}{instance_type} must be a whole number of "
+                    f"instances (got {amount})"
+                )
+            needed += int(amount) * gpus_of.get(instance_type, 0)
+            key = (instance_type, zones[0])
+            counts[key] = counts.get(key, 0) + int(amount)
+        if needed > resources.get("GPU", 0):
+            raise FleetError(
+                f"{where}: its instances need {needed} GPUs and it has "
+                f"{int(resources.get('GPU', 0))}"
+            )
+    groups = [
+        {"instance_type": instance_type, "availability_zone": az, "count": count}
+        for (instance_type, az), count in sorted(counts.items())
+    ]
+    expand(groups)  # the same checks as a declared group (AZ and type names)
+    return groups
+
+
+def merged(
+    declared: Iterable[Mapping[str, Any]], discovered: Iterable[Mapping[str, Any]]
+) -> tuple[dict[str, Any], ...]:
+    """The fleet when Ray nodes offer instances: what they offer, plus the declared
+    groups of the pools they do not offer (an UltraServer group, or a type placed on
+    any node). A config that declares no fleet gets the nodes' alone, not the demo one."""
+    offered = {(g["instance_type"], g["availability_zone"]) for g in discovered}
+    kept = [
+        dict(g)
+        for g in declared
+        if "ultraserver_type" in g
+        or (g.get("instance_type"), g.get("availability_zone")) not in offered
+    ]
+    return (*kept, *(dict(g) for g in discovered))

@@ -6,26 +6,58 @@ finds its running instance again."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ray import cluster_utils as ray_cluster_utils
 
+from tests.e2e.plan_helpers import search, set_clock, tomorrow_at
+from tests.e2e.test_plan_jobs import P5, STEPPER, at, buy, wait_secondary
 from tests.e2e.test_training_jobs import script_job
 from tests.harness import DockyardServer
+
+# Three worker nodes in two AZs, offering instances by custom resources (docs/ray.md);
+# their GPUs are Ray's bookkeeping only (this machine has none).
+NODES: list[dict[str, Any]] = [
+    {"resources": {"dockyard/ml.m5.xlarge": 1, "dockyard/az/us-east-1a": 1}},
+    {
+        "num_gpus": 8,
+        "resources": {
+            "dockyard/ml.m5.xlarge": 1,
+            "dockyard/ml.p5.48xlarge": 1,
+            "dockyard/az/us-east-1a": 1,
+        },
+    },
+    {
+        "num_gpus": 10,
+        "resources": {
+            "dockyard/ml.m5.xlarge": 1,
+            "dockyard/ml.g5.xlarge": 2,
+            "dockyard/ml.p5.48xlarge": 1,
+            "dockyard/az/us-east-1b": 1,
+        },
+    },
+]
+
+
+NODE_ARGS: dict[Any, dict[str, Any]] = {}  # each node of the cluster: what it was started with
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    # The head takes no instance (no CPU for a placement bundle): a worker node can die.
+    # The head takes no instance (it offers no dockyard resource): a worker node can die.
     cluster = ray_cluster_utils.Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
     )
-    cluster.add_node(num_cpus=1)
-    cluster.add_node(num_cpus=1)
+    for args in NODES:
+        NODE_ARGS[cluster.add_node(num_cpus=1, **args)] = args
     yield cluster
     cluster.shutdown()
 
@@ -37,6 +69,19 @@ def ray_server(tmp_path: Path, ray_cluster: Any) -> Iterator[DockyardServer]:
     server.start(timeout=120)
     yield server
     server.stop()
+    # Its actors and placement groups hold the nodes' dockyard resources: they go too.
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from dockyard.compute.ray_backend import "
+            "end_all; end_all(sys.argv[1], Path(sys.argv[2]))",
+            str(ray_cluster.address),
+            str(server.data_dir),
+        ],
+        check=True,
+        timeout=120,
+    )
 
 
 def job(name: str, code: str, keep_alive: int = 0) -> dict[str, Any]:
@@ -113,6 +158,15 @@ def test_a_job_runs_in_a_ray_actor_and_reports_through_it(ray_server: DockyardSe
         startFromHead=True,
     )["events"]
     assert [e["message"] for e in events] == ["loss=0.5", "loss=0.25"]
+    # Its actor ends (no warm pool): its log, metrics and spec are shipped to the
+    # server first, and read from there.
+    deadline = time.monotonic() + 60
+    while not list((server.data_dir / "ray-ended").glob("*-on-ray-*/algo-1/job.json")):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert messages(server, "on-ray/") == ["loss=0.5", "loss=0.25"]
+    again = server.client().describe_training_job(TrainingJobName="on-ray")
+    assert again["FinalMetricDataList"] == done["FinalMetricDataList"]
 
 
 def test_a_warm_pool_reuses_its_actor_and_a_restart_finds_it(ray_server: DockyardServer) -> None:
@@ -141,9 +195,10 @@ def test_a_warm_pool_reuses_its_actor_and_a_restart_finds_it(ray_server: Dockyar
 PAIR = """
 import os, socket, time
 host = os.environ["SM_CURRENT_HOST"]
+print("net", os.readlink("/proc/self/ns/net"), flush=True)
 if host == "algo-1":
-    conn, _ = socket.create_server(("", 7001)).accept()
-    print("met", conn.recv(16).decode(), flush=True)
+    conn, (peer, _) = socket.create_server(("", 7001)).accept()
+    print("met", conn.recv(16).decode(), "from", peer, flush=True)
 else:
     for _ in range(600):
         try:
@@ -156,11 +211,23 @@ time.sleep(3)
 """
 
 
+def messages(server: DockyardServer, stream_prefix: str) -> list[str]:
+    logs = server.client("logs")
+    [stream] = logs.describe_log_streams(
+        logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=stream_prefix
+    )["logStreams"]
+    events = logs.get_log_events(
+        logGroupName="/aws/sagemaker/TrainingJobs",
+        logStreamName=stream["logStreamName"],
+        startFromHead=True,
+    )["events"]
+    return [e["message"] for e in events]
+
+
 def test_a_two_instance_job_is_spread_over_two_nodes(ray_server: DockyardServer) -> None:
-    """STRICT_SPREAD puts algo-1 and algo-2 on different Ray nodes; they meet by host
-    name. (On this one-machine cluster the nodes share a file system, so the job's
-    instances share one network namespace through their home directory: cross-host
-    networking is not what this shows - docs/ray.md.)"""
+    """STRICT_SPREAD puts algo-1 and algo-2 on different Ray nodes (those offering
+    ml.m5.xlarge in us-east-1a), each in a network namespace of its own: they meet by
+    host name over the job network their agents carry (`agent_overlay`)."""
     server = ray_server
     (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
     request = script_job(
@@ -170,20 +237,15 @@ def test_a_two_instance_job_is_spread_over_two_nodes(ray_server: DockyardServer)
         ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10},
     )
     server.client().create_training_job(**request)
-    wait(server, "ray-pair", lambda j: j.get("SecondaryStatus") == "Training")
+    training = wait(server, "ray-pair", lambda j: j["SecondaryStatus"] in ("Training", "Failed"))
+    assert training["TrainingJobStatus"] == "InProgress", training.get("FailureReason")
     assert raylet_of(server, "ray-pair", "algo-1") != raylet_of(server, "ray-pair", "algo-2")
     done = wait(server, "ray-pair", lambda j: j["TrainingJobStatus"] != "InProgress")
     assert done["TrainingJobStatus"] == "Completed", done
-    logs = server.client("logs")
-    streams = logs.describe_log_streams(
-        logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="ray-pair/algo-1"
-    )["logStreams"]
-    events = logs.get_log_events(
-        logGroupName="/aws/sagemaker/TrainingJobs",
-        logStreamName=streams[0]["logStreamName"],
-        startFromHead=True,
-    )["events"]
-    assert [e["message"] for e in events] == ["met algo-2"]
+    first, second = messages(server, "ray-pair/algo-1"), messages(server, "ray-pair/algo-2")
+    assert first[1:] == ["met algo-2 from 10.254.0.2"], first
+    assert first[0].startswith("net ") and second[0].startswith("net ")
+    assert first[0] != second[0], (first, second)  # two network namespaces
 
 
 def test_a_dead_node_fails_its_job_and_keeps_no_pool(
@@ -204,4 +266,140 @@ def test_a_dead_node_fails_its_job_and_keeps_no_pool(
     failed = wait(server, "ray-doomed", lambda j: j["TrainingJobStatus"] == "Failed")
     assert "exited unexpectedly" in failed["FailureReason"]
     assert failed.get("WarmPoolStatus", {}).get("Status") in (None, "Terminated")
-    ray_cluster.add_node(num_cpus=1)  # for the tests after this one
+    # A node offering the same comes back, for the tests after this one.
+    args = NODE_ARGS.pop(node)
+    NODE_ARGS[ray_cluster.add_node(num_cpus=1, **args)] = args
+
+
+GPU_REPORT = (
+    "import os, time; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'], "
+    "os.environ['SM_NUM_GPUS'], flush=True); time.sleep(4)"
+)
+
+
+def test_an_instance_gets_the_gpus_ray_gave_its_actor(ray_server: DockyardServer) -> None:
+    """The ml.g5.xlarge instances (1 GPU each) of the node offering two: two jobs at once
+    get one GPU each, different ones, as Ray's num_gpus assigned them."""
+    server = ray_server
+    client = server.client()
+    for name in ("gpu-1", "gpu-2"):
+        request = job(name, GPU_REPORT)
+        request["ResourceConfig"]["InstanceType"] = "ml.g5.xlarge"
+        client.create_training_job(**request)
+    seen = []
+    for name in ("gpu-1", "gpu-2"):
+        done = wait(server, name, lambda j: j["TrainingJobStatus"] != "InProgress")
+        assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
+        [line] = messages(server, f"{name}/algo-1")
+        _, visible, count = line.split()
+        assert count == "1" and visible.isdigit(), line
+        seen.append(visible)
+    assert seen[0] != seen[1], seen
+
+
+def ray_node_of(server: DockyardServer, name: str) -> int:
+    """The raylet the job's instance runs under now (waits for its agent to start)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return raylet_of(server, name, "algo-1")
+        except (OSError, ValueError, StopIteration):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def test_a_plan_job_moves_to_the_next_blocks_node(tmp_path: Path, ray_cluster: Any) -> None:
+    """A 1-instance ml.p5.48xlarge plan whose blocks are in two AZs: the job runs its
+    first block on the node offering the type in the first AZ, is interrupted with
+    30 minutes left, and resumes from its checkpoint on the other AZ's node, with the
+    type's 8 GPUs both times."""
+    server = DockyardServer(tmp_path / "data", clock="manual")
+    server.extra_args = ["--backend", "ray", "--ray-address", str(ray_cluster.address)]
+    server.start(timeout=120)
+    try:
+        plan_job_moves(server)
+    finally:
+        server.stop()
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from dockyard.compute.ray_backend import "
+                "end_all; end_all(sys.argv[1], Path(sys.argv[2]))",
+                str(ray_cluster.address),
+                str(server.data_dir),
+            ],
+            check=True,
+            timeout=120,
+        )
+
+
+def plan_job_moves(server: DockyardServer) -> None:
+    client = server.client()
+    (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
+    d0 = tomorrow_at(6)
+    set_clock(server, d0)
+    # Day 1 is full in both AZs and day 2 in us-east-1a: a 48-hour plan is split.
+    for day, zones in ((1, {"us-east-1a", "us-east-1b"}), (2, {"us-east-1a"})):
+        for offering in search(
+            client,
+            InstanceType=P5,
+            InstanceCount=1,
+            DurationHours=24,
+            StartTimeAfter=at(d0, day),
+            EndTimeBefore=at(d0, day + 1),
+        ):
+            zone = offering["ReservedCapacityOfferings"][0]["AvailabilityZone"]
+            if zone in zones:
+                zones.discard(zone)
+                buy(client, f"blocker-{day}-{zone}", offering)
+    split = next(
+        o
+        for o in search(
+            client,
+            InstanceType=P5,
+            InstanceCount=1,
+            DurationHours=48,
+            StartTimeAfter=at(d0, 0),
+            EndTimeBefore=at(d0, 3),
+        )
+        if len({b["AvailabilityZone"] for b in o["ReservedCapacityOfferings"]}) == 2
+    )
+    plan_arn = buy(client, "two-zones", split)
+    request = script_job(
+        server,
+        "mover",
+        "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+        + textwrap.dedent(STEPPER),
+        HyperParameters={"steps": "400", "every": "5", "pause": "0.05"},
+        CheckpointConfig={"S3Uri": "s3://results/checkpoints/mover"},
+    )
+    request["ResourceConfig"] = {
+        "InstanceType": P5,
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "TrainingPlanArn": plan_arn,
+    }
+    client.create_training_job(**request)
+
+    set_clock(server, at(d0, 0))
+    wait_secondary(server, client, "mover", "Training", timeout=120)
+    first_node = ray_node_of(server, "mover")
+    deadline = time.monotonic() + 120
+    while not any(m.startswith("checkpoint 15") for m in messages(server, "mover/algo-1")):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    set_clock(server, at(d0, 1) - timedelta(minutes=30))
+    wait_secondary(server, client, "mover", "Pending", timeout=120)
+    set_clock(server, at(d0, 2))
+    wait_secondary(server, client, "mover", "Training", timeout=180)
+    assert ray_node_of(server, "mover") != first_node
+    done = wait(server, "mover", lambda j: j["TrainingJobStatus"] != "InProgress")
+    assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
+    said = messages(server, "mover/algo-1")
+    restarts = [m for m in said if m.startswith("restart")]
+    assert restarts[0] == "restart 0 from 0" and restarts[1].startswith("restart 1 from ")
+    assert int(restarts[1].split()[-1]) >= 15  # from its checkpoint, not from scratch
+    gpus = [m for m in said if m.startswith("gpus")]
+    assert len(gpus) == 2 and all(len(m.split()[1].split(",")) == 8 for m in gpus), gpus
