@@ -52,7 +52,7 @@ def serve(
         str | None,
         typer.Option(
             help="Where instances run: local (this host's processes) or ray (a Ray "
-            "cluster's nodes, see --ray-address and docs/status.md) [default: local]."
+            "cluster's nodes, see --ray-address and docs/ray.md) [default: local]."
         ),
     ] = None,
     ray_address: Annotated[

@@ -1,11 +1,14 @@
 """The Ray backend: instances on a Ray cluster's nodes instead of this host's processes.
 
-Each instance is a detached, named Ray actor (`<job key>/<host>`, in a namespace of this
-data dir's own) that holds a `LocalBackend` of its node and runs its one instance with
-it: the same agent, sandbox, `/opt/ml` contract and GPU shares as locally, on whichever
-node Ray placed the actor. A job's instances are placed together in a detached
-placement group (`pg:<job key>`; STRICT_SPREAD for several hosts, so `algo-1..N` are on
-different nodes).
+The fleet is what the nodes offer (`dockyard/<type>` and `dockyard/az/<az>` custom
+resources, `discover`). Each instance is a detached, named Ray actor (`<job key>/<host>`,
+in a namespace of this data dir's own) that holds a `LocalBackend` of its node and runs
+its one instance with it: the same agent, sandbox and `/opt/ml` contract as locally.
+A job's instances are placed together in a detached placement group
+(`pg:<job key>:<attempt>`; STRICT_SPREAD for several hosts, so `algo-1..N` are on
+different nodes) whose bundles take their pool's type and AZ resources and the type's
+GPUs (the actor's `num_gpus`: the ids Ray gives it are its instance's GPUs). Hosts on
+different nodes meet over the job network their agents carry (`agent_overlay`).
 
 What an instance reports reaches the control plane through actor calls, the backend
 seam's shape (`InstanceState`, `InstanceLog` operations, metrics, its spec). An actor
@@ -14,9 +17,10 @@ reconciler makes that an infrastructure failure. Actors are named and detached, 
 restarted server finds them again (`ray.get_actor`).
 
 A warm pool's next job runs on the pool's own actor: an alias (the job's instance →
-the pool's actor) is kept in the data dir. Finished instances' actors stay until their
-pool is released (their logs are read from them): see docs/status.md for what is still
-to come (shipping logs back, cross-node rendezvous, fleet discovery, Ray GPUs).
+the pool's actor) is kept in the data dir. Once all of a job's instances are over (a
+warm pool's: released), `sweep` ships their files to the server's data dir
+(`ray-ended/`, read from there afterwards), ends the actors and removes the placement
+group, so the nodes' resources are free again.
 """
 
 from __future__ import annotations
