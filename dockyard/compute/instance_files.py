@@ -101,6 +101,12 @@ class InstanceFiles:
             temporary.write_bytes(files[name])
             os.replace(temporary, target)
 
+    def set_state_aside(self, job_key: str, host: str) -> None:
+        """A new attempt begins: the last one's end state is not its state."""
+        state = Layout(self._root(job_key, host)).state_file
+        if state.exists():
+            os.replace(state, state.with_name("state.json.previous"))
+
     def state(self, job_key: str, host: str) -> dict[str, Any] | None:
         """The state the instance last reported, None if it left none here."""
         try:

@@ -325,13 +325,15 @@ class RayBackend:
         for spec in host_specs:
             actor_name = f"{job_key}/{spec['host']}"
             actor = self._actor(actor_name)
-            if actor is not None and self._launched_attempt(actor, job_key, spec) < int(
-                spec.get("attempt", 1)
+            launched = self._launched_attempt(actor, job_key, spec) if actor else None
+            if (
+                actor is not None
+                and launched is not None
+                and launched < int(spec.get("attempt", 1))
             ):
                 # A plan job resumed in a later block: fresh instances, placed anew (on
                 # whichever node offers the block's capacity now).
-                self._ray.kill(actor)
-                self._wait_gone(actor_name)
+                self._retire(actor, actor_name, launched)
                 actor = None
             if actor is not None:
                 self._call(actor, "launch", job_key, [spec])  # launched already: a no-op
@@ -367,20 +369,43 @@ class RayBackend:
             ]
             overlay = self._overlay(new, actors)
             for actor, spec in zip(actors, new, strict=True):
+                if attempt > 1:
+                    # The stream goes on where the last attempt's node left it; its
+                    # end state is history, not this attempt's.
+                    self._ended.set_state_aside(job_key, spec["host"])
+                    shipped = self._ended.pack(job_key, spec["host"])
+                    logs = {k: v for k, v in shipped.items() if k.startswith("logs/")}
+                    self._call(actor, "unpack", job_key, spec["host"], logs)
                 self._call(actor, "launch", job_key, [{**spec, "overlay": overlay}])
         return [self.handle(job_key, spec["host"]) for spec in host_specs]
 
-    def _launched_attempt(self, actor: Any, job_key: str, spec: Mapping[str, Any]) -> int:
+    def _launched_attempt(self, actor: Any, job_key: str, spec: Mapping[str, Any]) -> int | None:
+        """The attempt the actor's instance runs; None if it does not answer (lost with
+        its node: not replaced here)."""
         try:
             launched = self._call(actor, "launched_spec", job_key, spec["host"])
         except self._ray.exceptions.RayError:
-            return int(spec.get("attempt", 1))  # unreachable: lost, not replaced here
+            return None
         return int((launched or {}).get("attempt", 1))
 
-    def _wait_gone(self, name: str) -> None:
-        """Until a killed actor's name is free for its successor."""
+    def _retire(self, actor: Any, name: str, attempt: int) -> None:
+        """End an instance's actor before its job's next attempt: its files are kept
+        first, its placement group goes, and its name is freed for the successor."""
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        job_key = name.rpartition("/")[0]
+        try:
+            for key, host, files in self.get(actor.pack.remote()):
+                self._ended.unpack(key, host, files)
+        except self._ray.exceptions.RayError:
+            pass  # lost with its node
+        self._ray.kill(actor)
+        try:
+            remove_placement_group(get_placement_group(f"pg:{job_key}:{attempt}"))
+        except ValueError:
+            pass
         deadline = monotonic() + CALL_SECONDS
-        while self._actor(name) is not None:
+        while self._actor(name) is not None:  # until the name is free
             if monotonic() > deadline:
                 raise RuntimeError(f"Ray did not end the actor {name}")
             time.sleep(0.05)
@@ -400,6 +425,10 @@ class RayBackend:
         }
 
     def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+        with self._lock:  # the sweep rewrites the aliases too
+            return self._assign(home_key, job_key, host_specs)
+
+    def _assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
         handles = []
         for spec in host_specs:
             home = self._actor_name(home_key, spec["host"])
@@ -563,10 +592,8 @@ class RayBackend:
         return sorted(found)
 
     def _reporter(self, job_key: str, host: str) -> Any:
-        """The instance's actor while it has one, else None (its files are kept here
-        once it ended, or lost with its node)."""
-        if self._ended.has(job_key, host):
-            return None
+        """The instance's actor while it has one (a resumed job's new one), else None:
+        its files are kept here once it ended, or were lost with its node."""
         return self._actor(self._actor_name(job_key, host))
 
     def open_log(self, job_key: str, host: str) -> InstanceLog:

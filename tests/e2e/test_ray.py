@@ -6,6 +6,7 @@ finds its running instance again."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -68,8 +69,13 @@ def ray_server(tmp_path: Path, ray_cluster: Any) -> Iterator[DockyardServer]:
     server.extra_args = ["--backend", "ray", "--ray-address", str(ray_cluster.address)]
     server.start(timeout=120)
     yield server
+    throw_away(server, ray_cluster)
+
+
+def throw_away(server: DockyardServer, ray_cluster: Any) -> None:
+    """Stop the server and end its agents - and its actors and placement groups, which
+    hold the nodes' dockyard resources (in a process of its own: Ray's driver state)."""
     server.stop()
-    # Its actors and placement groups hold the nodes' dockyard resources: they go too.
     subprocess.run(
         [
             sys.executable,
@@ -319,19 +325,7 @@ def test_a_plan_job_moves_to_the_next_blocks_node(tmp_path: Path, ray_cluster: A
     try:
         plan_job_moves(server)
     finally:
-        server.stop()
-        subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from pathlib import Path; from dockyard.compute.ray_backend import "
-                "end_all; end_all(sys.argv[1], Path(sys.argv[2]))",
-                str(ray_cluster.address),
-                str(server.data_dir),
-            ],
-            check=True,
-            timeout=120,
-        )
+        throw_away(server, ray_cluster)
 
 
 def plan_job_moves(server: DockyardServer) -> None:
@@ -403,3 +397,94 @@ def plan_job_moves(server: DockyardServer) -> None:
     assert int(restarts[1].split()[-1]) >= 15  # from its checkpoint, not from scratch
     gpus = [m for m in said if m.startswith("gpus")]
     assert len(gpus) == 2 and all(len(m.split()[1].split(",")) == 8 for m in gpus), gpus
+
+
+VICTIM = """
+import os, socket, time
+if os.environ["SM_CURRENT_HOST"] == "algo-1":
+    inbox = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    inbox.bind(("algo-1", 9999))
+    print("listening", flush=True)
+    seen = set()
+    while True:
+        data, (peer, _) = inbox.recvfrom(256)
+        said = f"got {data[:32]!r} from {peer}"
+        if said not in seen:
+            seen.add(said)
+            print(said, flush=True)
+else:
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    while True:
+        out.sendto(b"genuine", ("algo-1", 9999))
+        time.sleep(0.5)
+"""
+
+# Another tenant's job: it knows how the job network works and exactly where algo-1's
+# agent takes its datagrams (the worst case), not the victim's key. It sends a forged
+# packet ("from algo-2 to algo-1's port 9999") there, and sends to the victim's job
+# address directly. Nothing of it may reach the victim's code.
+ATTACKER = """
+import os, random, socket, struct
+def checksum(header):
+    words = sum(struct.unpack("!10H", header))
+    while words > 0xFFFF:
+        words = (words & 0xFFFF) + (words >> 16)
+    return ~words & 0xFFFF
+body = b"forged"
+udp = struct.pack("!HHHH", 40000, 9999, 8 + len(body), 0) + body
+header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
+                     socket.inet_aton("10.254.0.2"), socket.inet_aton("10.254.0.1"))
+packet = header[:10] + struct.pack("!H", checksum(header)) + header[12:] + udp
+target = (os.environ["SM_HP_TARGET"], int(os.environ["SM_HP_PORT"]))
+out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(200):
+    out.sendto(random.randbytes(16) + packet, target)
+print("sent", 200, flush=True)
+# Straight at the victim's job address (its way out routes it to the outside world).
+for _ in range(20):
+    out.sendto(b"direct", ("10.254.0.1", 9999))
+print("direct sent", flush=True)
+"""
+
+
+def test_another_job_cannot_get_into_a_job_network(ray_server: DockyardServer) -> None:
+    server = ray_server
+    client = server.client()
+    (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
+    victim = script_job(
+        server,
+        "victim",
+        VICTIM,
+        ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10},
+    )
+    client.create_training_job(**victim)
+    deadline = time.monotonic() + 180
+    while not any(m.startswith("got b'genuine'") for m in log_of(server, "victim/algo-1")):
+        assert time.monotonic() < deadline, log_of(server, "victim/algo-1")
+        time.sleep(0.3)
+
+    [spec_file] = (server.data_dir / "instances").glob("*-victim-*/algo-1/job.json")
+    address, port = json.loads(spec_file.read_text())["overlay"]["peers"]["algo-1"]
+    attacker = script_job(server, "attacker", ATTACKER)
+    attacker["HyperParameters"].update(target=address, port=str(port))
+    client.create_training_job(**attacker)
+    done = wait(server, "attacker", lambda j: j["TrainingJobStatus"] != "InProgress")
+    assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
+    said = log_of(server, "attacker/algo-1")
+    assert said[0] == "sent 200", said
+    assert said[1] == "direct sent", said
+
+    time.sleep(2)  # what was sent has been read or dropped by now
+    client.stop_training_job(TrainingJobName="victim")
+    wait(server, "victim", lambda j: j["TrainingJobStatus"] != "InProgress")
+    assert log_of(server, "victim/algo-1") == [
+        "listening",
+        "got b'genuine' from 10.254.0.2",
+    ]
+
+
+def log_of(server: DockyardServer, prefix: str) -> list[str]:
+    try:
+        return messages(server, prefix)
+    except ValueError:  # no stream yet
+        return []
