@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.compute.agent_env import Layout
-from dockyard.compute.log_index import LogReader, index_path, read_metrics
+from dockyard.compute.log_index import RECORD, LogReader, index_path, read_metrics
 from dockyard.domain.metrics import Latest
 
 _HOST = re.compile(r"algo-[1-9][0-9]*")
+
+
+def _whole(path: Path, data: bytes) -> bytes:
+    """`data` up to its last whole index record, or log line."""
+    if path.suffix == ".idx":
+        return data[: len(data) - len(data) % RECORD.size]
+    return data[: data.rfind(b"\n") + 1]
 
 
 class InstanceFiles:
@@ -33,8 +40,10 @@ class InstanceFiles:
         """The files that say what an instance did, for shipping elsewhere."""
         layout = Layout(self._root(job_key, host))
         return [
-            layout.log_file,
+            # The index before the log: read in this order, every event it indexes
+            # is in the log read after it.
             index_path(layout.log_file),
+            layout.log_file,
             layout.metrics_file,
             layout.job_file,
             layout.state_file,
@@ -72,9 +81,6 @@ class InstanceFiles:
             return None
         return spec if isinstance(spec, dict) else None
 
-    def has(self, job_key: str, host: str) -> bool:
-        return Layout(self._root(job_key, host)).job_file.is_file()
-
     # -- shipping an ended instance's files --------------------------------------------
 
     def pack(self, job_key: str, host: str) -> dict[str, bytes]:
@@ -89,17 +95,77 @@ class InstanceFiles:
         return packed
 
     def unpack(self, job_key: str, host: str, files: dict[str, bytes]) -> None:
-        """Keep files `pack` made; the spec last, so `has` says all are there."""
+        """Keep files `pack` made, each whole."""
+        for name, data in files.items():
+            target = self._inside(job_key, host, name)
+            if target is not None:
+                temporary = target.with_name(f".{target.name}.tmp")
+                temporary.write_bytes(data)
+                os.replace(temporary, target)
+
+    def _inside(self, job_key: str, host: str, name: str) -> Path | None:
+        """Where file `name` of the instance goes; None for a name leading out of it."""
         base = self._root(job_key, host).resolve()
-        names = sorted(files, key=lambda name: name == "job.json")
-        for name in names:
-            target = (base / name).resolve()
-            if base not in target.parents:
-                continue  # only the instance's own directory
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            temporary = target.with_name(f".{target.name}.tmp")
-            temporary.write_bytes(files[name])
-            os.replace(temporary, target)
+        target = (base / name).resolve()
+        if base not in target.parents:
+            return None
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return target
+
+    # -- shipping a running instance's files as they grow ------------------------------
+
+    def _growing(self, job_key: str, host: str) -> list[Path]:
+        """Files only ever appended to (the log and its index), index first."""
+        return self._kept(job_key, host)[:2]
+
+    def sizes(self, job_key: str, host: str) -> dict[str, int]:
+        """How much of each growing file is here: where the next increment starts."""
+        base = self._root(job_key, host)
+        found = {}
+        for path in self._growing(job_key, host):
+            try:
+                found[str(path.relative_to(base))] = path.stat().st_size
+            except OSError:
+                found[str(path.relative_to(base))] = 0
+        return found
+
+    def since(
+        self, job_key: str, host: str, sizes: dict[str, int]
+    ) -> dict[str, tuple[int | None, bytes]]:
+        """What the instance wrote after `sizes` (another copy's `sizes`): each growing
+        file from that offset up to its last whole line or record - a half-written one
+        is never shipped, as an agent that restarts drops it - and the metrics and spec
+        whole (offset None). No state: a running instance's state is asked for, not
+        shipped."""
+        base = self._root(job_key, host)
+        parts: dict[str, tuple[int | None, bytes]] = {}
+        for path in self._kept(job_key, host)[:4]:
+            name = str(path.relative_to(base))
+            try:
+                with open(path, "rb") as file:
+                    if name in sizes:
+                        start = min(sizes[name], os.fstat(file.fileno()).st_size)
+                        file.seek(start)
+                        parts[name] = (start, _whole(path, file.read()))
+                    else:
+                        parts[name] = (None, file.read())
+            except OSError:
+                continue
+        return parts
+
+    def extend(self, job_key: str, host: str, parts: dict[str, tuple[int | None, bytes]]) -> None:
+        """Keep an increment `since` made: growing files written at the offset it was
+        read from (so a repeated increment changes nothing), the rest whole."""
+        for name, (start, data) in parts.items():
+            if start is None:
+                self.unpack(job_key, host, {name: data})
+                continue
+            target = self._inside(job_key, host, name)
+            if target is None:
+                continue
+            with open(target, "ab") as file:  # made if missing; writes go to its end
+                file.truncate(start)
+                file.write(data)
 
     def set_state_aside(self, job_key: str, host: str) -> None:
         """A new attempt begins: the last one's end state is not its state."""

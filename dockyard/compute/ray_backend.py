@@ -17,10 +17,11 @@ reconciler makes that an infrastructure failure. Actors are named and detached, 
 restarted server finds them again (`ray.get_actor`).
 
 A warm pool's next job runs on the pool's own actor: an alias (the job's instance →
-the pool's actor) is kept in the data dir. Once all of a job's instances are over (a
-warm pool's: released), `sweep` ships their files to the server's data dir
-(`ray-ended/`, read from there afterwards), ends the actors and removes the placement
-group, so the nodes' resources are free again.
+the pool's actor) is kept in the data dir. Every few seconds `sweep` ships what running
+instances wrote to the server's data dir (`ray-shipped/`: their log as it grows), and
+once all of a job's instances are over (a warm pool's: released) their files whole
+(read from there afterwards); then it ends the actors and removes the placement group,
+so the nodes' resources are free again.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def _host_class() -> Any:
                 if self.backend.poll(handle).get("phase") not in ENDED:
                     return False
             return True
+
+        def ran(self) -> list[tuple[str, str]]:
+            return sorted(self.instances)
 
         def pack(self) -> list[tuple[str, str, dict[str, bytes]]]:
             """What its instances leave behind (logs, metrics, spec, state), to keep."""
@@ -219,8 +223,9 @@ class RayBackend:
         # Pools offered by the nodes' resources (`discover`): pool key -> (the resources
         # one instance's bundle takes, its GPUs).
         self._offered: dict[str, tuple[dict[str, float], int]] = {}
-        # Instances whose actors have ended: their files, shipped from their nodes.
-        self._ended = InstanceFiles(self.data_dir / "ray-ended")
+        # Instances' files shipped from their nodes: running ones' as they grow, ended
+        # ones' whole (read from here once their actor is gone).
+        self._shipped = InstanceFiles(self.data_dir / "ray-shipped")
         # Each job attempt placed once (`launch`): an instance lost after that is not
         # started again.
         self._placed = self.data_dir / "ray-placed"
@@ -372,8 +377,8 @@ class RayBackend:
                 if attempt > 1:
                     # The stream goes on where the last attempt's node left it; its
                     # end state is history, not this attempt's.
-                    self._ended.set_state_aside(job_key, spec["host"])
-                    shipped = self._ended.pack(job_key, spec["host"])
+                    self._shipped.set_state_aside(job_key, spec["host"])
+                    shipped = self._shipped.pack(job_key, spec["host"])
                     logs = {k: v for k, v in shipped.items() if k.startswith("logs/")}
                     self._call(actor, "unpack", job_key, spec["host"], logs)
                 self._call(actor, "launch", job_key, [{**spec, "overlay": overlay}])
@@ -396,7 +401,7 @@ class RayBackend:
         job_key = name.rpartition("/")[0]
         try:
             for key, host, files in self.get(actor.pack.remote()):
-                self._ended.unpack(key, host, files)
+                self._shipped.unpack(key, host, files)
         except self._ray.exceptions.RayError:
             pass  # lost with its node
         self._ray.kill(actor)
@@ -481,10 +486,14 @@ class RayBackend:
                 actors = [a for a in (self._actor(n) for n in names) if a is not None]
                 try:
                     if not all(self.get(a.finished.remote()) for a in actors):
+                        # Still running: what they wrote since the last pass comes here
+                        # now, so a node that dies takes seconds of log with it, no more.
+                        for actor in actors:
+                            self._ship_growth(actor)
                         continue
                     for actor in actors:
                         for key, host, files in self.get(actor.pack.remote()):
-                            self._ended.unpack(key, host, files)
+                            self._shipped.unpack(key, host, files)
                 except self._ray.exceptions.RayError:
                     continue  # a node is down: its actor is noticed gone next time
                 for actor in actors:
@@ -507,6 +516,12 @@ class RayBackend:
                     except ValueError:
                         continue  # removed meanwhile
 
+    def _ship_growth(self, actor: Any) -> None:
+        for job_key, host in self.get(actor.ran.remote()):
+            sizes = self._shipped.sizes(job_key, host)
+            parts = self._call(actor, "since", job_key, host, sizes)
+            self._shipped.extend(job_key, host, parts)
+
     def _alias_gone(self, home: str) -> None:
         aliases = self._aliases()
         kept = {alias: name for alias, name in aliases.items() if name != home}
@@ -521,7 +536,7 @@ class RayBackend:
         actor = self._actor(name)
         if actor is None:
             # Ended (its files kept here) or lost with its node (LAUNCHING, not alive).
-            ended = self._ended.state(job_key, host)
+            ended = self._shipped.state(job_key, host)
             return ended or dict(LAUNCHING)  # type: ignore[return-value]
         try:
             local = self._call(actor, "handle", job_key, host)
@@ -569,7 +584,7 @@ class RayBackend:
         return sorted(set(found))
 
     def logged_hosts(self, job_key: str) -> list[str]:
-        hosts = set(self._ended.logged_hosts(job_key))
+        hosts = set(self._shipped.logged_hosts(job_key))
         for key, _host, name in self._job_actors(job_key):
             actor = self._actor(name)
             if key == job_key and actor is not None:
@@ -580,7 +595,7 @@ class RayBackend:
         return sorted(hosts, key=lambda h: int(h.removeprefix("algo-")) if h[5:].isdigit() else 0)
 
     def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
-        found = set(self._ended.logged_instances(key_prefix))
+        found = set(self._shipped.logged_instances(key_prefix))
         for key, _host, name in self._job_actors(key_prefix):
             actor = self._actor(name)
             if actor is None:
@@ -599,13 +614,13 @@ class RayBackend:
     def open_log(self, job_key: str, host: str) -> InstanceLog:
         actor = self._reporter(job_key, host)
         if actor is None:
-            return self._ended.open_log(job_key, host)
+            return self._shipped.open_log(job_key, host)
         return ActorLog(self, actor, job_key, host)
 
     def metrics(self, job_key: str, host: str) -> Latest:
         actor = self._reporter(job_key, host)
         if actor is None:
-            return self._ended.metrics(job_key, host)
+            return self._shipped.metrics(job_key, host)
         try:
             found = self._call(actor, "metrics", job_key, host)
         except self._ray.exceptions.RayError:
@@ -615,7 +630,7 @@ class RayBackend:
     def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
         actor = self._reporter(job_key, host)
         if actor is None:
-            return self._ended.launched_spec(job_key, host)
+            return self._shipped.launched_spec(job_key, host)
         try:
             spec = self._call(actor, "launched_spec", job_key, host)
         except self._ray.exceptions.RayError:

@@ -167,7 +167,7 @@ def test_a_job_runs_in_a_ray_actor_and_reports_through_it(ray_server: DockyardSe
     # Its actor ends (no warm pool): its log, metrics and spec are shipped to the
     # server first, and read from there.
     deadline = time.monotonic() + 60
-    while not list((server.data_dir / "ray-ended").glob("*-on-ray-*/algo-1/job.json")):
+    while not list((server.data_dir / "ray-shipped").glob("*-on-ray-*/algo-1/job.json")):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert messages(server, "on-ray/") == ["loss=0.5", "loss=0.25"]
@@ -259,8 +259,18 @@ def test_a_dead_node_fails_its_job_and_keeps_no_pool(
 ) -> None:
     server = ray_server
     client = server.client()
-    client.create_training_job(**job("ray-doomed", "import time; time.sleep(600)", keep_alive=600))
+    code = "import time; print('step 1 of many', flush=True); time.sleep(600)"
+    client.create_training_job(**job("ray-doomed", code, keep_alive=600))
     wait(server, "ray-doomed", lambda j: j.get("SecondaryStatus") == "Training")
+    # Its log so far reaches the server while it runs (within a sweep or two).
+    deadline = time.monotonic() + 60
+    shipped = server.data_dir / "ray-shipped"
+    while not any(
+        b"step 1 of many" in log.read_bytes()
+        for log in shipped.glob("*-ray-doomed-*/algo-1/logs/output.jsonl")
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     # The node whose raylet the instance's actor runs under dies.
     pids = {pid for pid, _ in ancestry(agent_of(server, "ray-doomed"))}
     [node] = [
@@ -272,6 +282,7 @@ def test_a_dead_node_fails_its_job_and_keeps_no_pool(
     failed = wait(server, "ray-doomed", lambda j: j["TrainingJobStatus"] == "Failed")
     assert "exited unexpectedly" in failed["FailureReason"]
     assert failed.get("WarmPoolStatus", {}).get("Status") in (None, "Terminated")
+    assert messages(server, "ray-doomed/") == ["step 1 of many"]  # not lost with the node
     # A node offering the same comes back, for the tests after this one.
     args = NODE_ARGS.pop(node)
     NODE_ARGS[ray_cluster.add_node(num_cpus=1, **args)] = args
