@@ -100,7 +100,8 @@ class NodeShells:
             return str(failure.answer["__type"])
         try:
             await websocket.accept()
-            reader, writer = await asyncio.open_unix_connection(sock=sock)
+            # A Unix socket to a local agent, TCP to a Ray node's relay: both streams.
+            reader, writer = await asyncio.open_connection(sock=sock)
         except BaseException:
             sock.close()
             raise

@@ -27,6 +27,7 @@ so the nodes' resources are free again.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import secrets
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 CALL_SECONDS = 30.0
 # How long a new job's placement group may wait for room on the cluster.
 PLACEMENT_SECONDS = 120.0
+# The one-time secret a node's shell relay wants first (`shell_relay`).
+TOKEN_BYTES = 32
 # Phases after which an instance does nothing more.
 ENDED = ("completed", "failed", "stopped")
 # How often finished instances' actors are looked for (`sweep`).
@@ -141,6 +144,19 @@ def _host_class() -> Any:
         def node(self) -> str:
             return str(ray.get_runtime_context().get_node_id())
 
+        def shell_relay(self, job_key: str, host: str) -> tuple[str, int, bytes]:
+            """A listener on the node for one connection that starts with the token
+            answered here; it is then joined to a new session with the agent. Anyone
+            else reaching the port (another job's code, through its way out) is cut off."""
+            upstream = self.backend.shell_connect(self.backend.handle(job_key, host))
+            address = ray.util.get_node_ip_address()
+            listener = socket.create_server((address, 0))
+            token = secrets.token_bytes(TOKEN_BYTES)
+            threading.Thread(
+                target=_relay_one, args=(listener, token, upstream), daemon=True
+            ).start()
+            return address, int(listener.getsockname()[1]), token
+
         def endpoint(self) -> tuple[str, int]:
             """Where this instance's agent takes its job network's datagrams: the node's
             address and a port free on it now (the agent binds it as it starts)."""
@@ -150,6 +166,58 @@ def _host_class() -> Any:
                 return address, int(probe.getsockname()[1])
 
     return InstanceHost
+
+
+def _relay_one(listener: socket.socket, token: bytes, upstream: socket.socket) -> None:
+    """Accept connections until one brings the token (or none does within the call
+    time), then carry bytes both ways between it and `upstream` until either ends."""
+    listener.settimeout(CALL_SECONDS)
+    client = None
+    try:
+        while client is None:
+            candidate, _ = listener.accept()
+            candidate.settimeout(CALL_SECONDS)
+            try:
+                said = b""
+                while len(said) < len(token):
+                    chunk = candidate.recv(len(token) - len(said))
+                    if not chunk:
+                        break
+                    said += chunk
+            except OSError:
+                said = b""
+            if hmac.compare_digest(said, token):
+                candidate.settimeout(None)
+                client = candidate
+            else:
+                candidate.close()
+    except OSError:
+        upstream.close()
+        return
+    finally:
+        listener.close()
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        """One direction; its end is passed on as an end of writing (the other
+        direction goes on), a broken connection as the end of both."""
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+            ends = [(sink, socket.SHUT_WR)]
+        except OSError:
+            ends = [(sink, socket.SHUT_RDWR), (source, socket.SHUT_RDWR)]
+        for end, how in ends:
+            try:
+                end.shutdown(how)
+            except OSError:
+                pass
+
+    back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    back.start()
+    pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
 
 
 class ActorLog:
@@ -637,19 +705,44 @@ class RayBackend:
             return None
         return spec if isinstance(spec, dict) else None
 
-    # -- cluster nodes' commands: not on Ray yet ----------------------------------------
+    # -- commands on cluster nodes ----------------------------------------------------
+
+    def _node_call(self, handle: str, method: str, *args: Any) -> Any:
+        name, job_key, host = self._split(handle)
+        actor = self._actor(name)
+        if actor is None:
+            raise OSError(f"the node's instance {name} is gone")
+        try:
+            return self._call(actor, method, self._call(actor, "handle", job_key, host), *args)
+        except self._ray.exceptions.RayError as exc:
+            raise OSError(f"the node's instance {name} does not answer: {exc}") from exc
 
     def exec_start(self, handle: str, request: ExecRequest) -> str:
-        raise OSError("commands on cluster nodes are not available on the Ray backend yet")
+        return str(self._node_call(handle, "exec_start", request))
 
     def exec_result(self, handle: str, exec_id: str) -> dict[str, Any] | None:
-        raise OSError("commands on cluster nodes are not available on the Ray backend yet")
+        found = self._node_call(handle, "exec_result", exec_id)
+        return found if isinstance(found, dict) else None
 
     def exec_cancel(self, handle: str, exec_id: str) -> None:
-        return None
+        self._node_call(handle, "exec_cancel", exec_id)
 
     def shell_connect(self, handle: str) -> socket.socket:
-        raise OSError("shells on cluster nodes are not available on the Ray backend yet")
+        """A session with the node's agent, through a relay its actor opens for this one
+        connection on its node (`InstanceHost.shell_relay`): the first bytes sent must
+        be the one-time token it answered."""
+        name, job_key, host = self._split(handle)
+        actor = self._actor(name)
+        if actor is None:
+            raise OSError(f"the node's instance {name} is gone")
+        try:
+            address, port, token = self.get(actor.shell_relay.remote(job_key, host))
+        except self._ray.exceptions.RayError as exc:
+            raise OSError(f"the node's instance {name} does not answer: {exc}") from exc
+        sock = socket.create_connection((address, port), timeout=CALL_SECONDS)
+        sock.settimeout(None)
+        sock.sendall(token)
+        return sock
 
 
 def end_all(address: str, data_dir: Path) -> None:

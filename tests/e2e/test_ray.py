@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import pytest
 from ray import cluster_utils as ray_cluster_utils
 
 from tests.e2e.plan_helpers import search, set_clock, tomorrow_at
+from tests.e2e.test_cluster_exec import cli, run_on
+from tests.e2e.test_clusters import group, wait_cluster, wait_nodes
 from tests.e2e.test_plan_jobs import P5, STEPPER, at, buy, wait_secondary
 from tests.e2e.test_training_jobs import script_job
 from tests.harness import DockyardServer
@@ -65,11 +68,26 @@ def ray_cluster() -> Iterator[Any]:
 
 @pytest.fixture
 def ray_server(tmp_path: Path, ray_cluster: Any) -> Iterator[DockyardServer]:
-    server = DockyardServer(tmp_path / "data")
+    with on_ray(tmp_path, ray_cluster) as server:
+        yield server
+
+
+@pytest.fixture
+def ray_manual_server(tmp_path: Path, ray_cluster: Any) -> Iterator[DockyardServer]:
+    """A server on the cluster whose clock moves only when told (`dockyard clock`)."""
+    with on_ray(tmp_path, ray_cluster, clock="manual") as server:
+        yield server
+
+
+@contextmanager
+def on_ray(tmp_path: Path, ray_cluster: Any, **options: Any) -> Iterator[DockyardServer]:
+    server = DockyardServer(tmp_path / "data", **options)
     server.extra_args = ["--backend", "ray", "--ray-address", str(ray_cluster.address)]
     server.start(timeout=120)
-    yield server
-    throw_away(server, ray_cluster)
+    try:
+        yield server
+    finally:
+        throw_away(server, ray_cluster)
 
 
 def throw_away(server: DockyardServer, ray_cluster: Any) -> None:
@@ -325,21 +343,12 @@ def ray_node_of(server: DockyardServer, name: str) -> int:
             time.sleep(0.2)
 
 
-def test_a_plan_job_moves_to_the_next_blocks_node(tmp_path: Path, ray_cluster: Any) -> None:
+def test_a_plan_job_moves_to_the_next_blocks_node(ray_manual_server: DockyardServer) -> None:
     """A 1-instance ml.p5.48xlarge plan whose blocks are in two AZs: the job runs its
     first block on the node offering the type in the first AZ, is interrupted with
     30 minutes left, and resumes from its checkpoint on the other AZ's node, with the
     type's 8 GPUs both times."""
-    server = DockyardServer(tmp_path / "data", clock="manual")
-    server.extra_args = ["--backend", "ray", "--ray-address", str(ray_cluster.address)]
-    server.start(timeout=120)
-    try:
-        plan_job_moves(server)
-    finally:
-        throw_away(server, ray_cluster)
-
-
-def plan_job_moves(server: DockyardServer) -> None:
+    server = ray_manual_server
     client = server.client()
     (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
     d0 = tomorrow_at(6)
@@ -499,3 +508,31 @@ def log_of(server: DockyardServer, prefix: str) -> list[str]:
         return messages(server, prefix)
     except ValueError:  # no stream yet
         return []
+
+
+def test_a_hyperpod_cluster_on_ray_and_its_node_commands(
+    ray_manual_server: DockyardServer,
+) -> None:
+    """A cluster's node is an instance on a Ray node like a job's: OnCreate runs, and
+    `dockyard clusters exec|shell` reach its agent through its actor."""
+    server = ray_manual_server
+    client = server.client()
+    scripts = server.data_dir / "s3" / "scripts" / "lifecycle"
+    scripts.mkdir(parents=True, exist_ok=True)
+    (scripts / "on_create.sh").write_text("#!/bin/sh\necho ready > /opt/ml/marker.txt\n")
+    client.create_cluster(ClusterName="on-ray", InstanceGroups=[group("workers", 1)])
+    wait_cluster(server, client, "on-ray", "InService", timeout=180)
+    [node] = wait_nodes(server, client, "on-ray", ["Running"], timeout=180)
+    node_id = str(node["InstanceId"])
+    [pid_file] = (server.data_dir / "instances").glob(f"*-cluster-*/{node_id}/agent.pid")
+    lines = [line for _, line in ancestry(int(pid_file.read_text()))]
+    assert any("ray::InstanceHost" in line for line in lines), lines
+
+    assert run_on(server, "on-ray", node_id, "cat", "/opt/ml/marker.txt") == (0, "ready\n")
+    assert run_on(server, "on-ray", node_id, "hostname") == (0, f"{node_id}\n")
+    done = cli(server, "clusters", "shell", "on-ray", node_id, stdin="hostname; exit 3\n")
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"$ {node_id}" in done.stdout, done.stdout  # the prompt, then hostname's answer
+
+    client.delete_cluster(ClusterName="on-ray")
+    wait_cluster(server, client, "on-ray", "Gone", timeout=180)
