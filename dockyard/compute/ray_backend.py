@@ -26,17 +26,14 @@ so the nodes' resources are free again.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from dockyard.clock import monotonic
@@ -44,230 +41,19 @@ from dockyard.compute.agent_exec import ExecRequest
 from dockyard.compute.backend import InstanceLog
 from dockyard.compute.instance_files import InstanceFiles
 from dockyard.compute.instance_state import LAUNCHING, InstanceState
-from dockyard.compute.log_index import Event
 from dockyard.compute.private_files import write_private
+from dockyard.compute.ray_host import CALL_SECONDS, ActorLog, host_class, namespace
 from dockyard.domain import fleet as fleet_rules
 from dockyard.domain.metrics import Latest
 
 log = logging.getLogger(__name__)
 
-# How long one call to an actor may take before the instance counts as unreachable.
-CALL_SECONDS = 30.0
 # How long a new job's placement group may wait for room on the cluster.
 PLACEMENT_SECONDS = 120.0
-# The one-time secret a node's shell relay wants first (`shell_relay`).
-TOKEN_BYTES = 32
-# Phases after which an instance does nothing more.
-ENDED = ("completed", "failed", "stopped")
 # How often finished instances' actors are looked for (`sweep`).
 SWEEP_SECONDS = 2.0
 # What an instance's bundle takes of its node's `dockyard/az/<az>` resource (1 per node).
 AZ_SHARE = 0.001
-
-
-def namespace(data_dir: Path) -> str:
-    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:12]
-    return f"dockyard-{digest}"
-
-
-def _host_class() -> Any:
-    """The actor class, made on first use: importing Ray is slow, and only a server
-    with `--backend ray` needs it."""
-    import ray
-
-    from dockyard.compute.gpus import GpuShares
-    from dockyard.compute.local import LocalBackend
-
-    @ray.remote(num_cpus=0, max_restarts=0)
-    class InstanceHost:
-        """One instance on its node, run by a LocalBackend of the node's own."""
-
-        def __init__(self, node_data_dir: str) -> None:
-            self.node_data_dir = Path(node_data_dir)
-            self.backend = LocalBackend(self.node_data_dir)
-            # (job key, host) of each instance it ran: the pool's own and its later jobs.
-            self.instances: set[tuple[str, str]] = set()
-
-        def call(self, method: str, *args: Any) -> Any:
-            if method == "launch":
-                self._take_gpus(args[1])
-                self.instances.update((args[0], spec["host"]) for spec in args[1])
-            elif method == "assign":
-                self.instances.update((args[1], spec["host"]) for spec in args[2])
-            return getattr(self.backend, method)(*args)
-
-        def finished(self) -> bool:
-            """Whether all its instances are over: each reported its end and no agent
-            of it runs (a warm pool's agent waits for its next job: not over)."""
-            if not self.instances:
-                return False
-            for job_key, host in self.instances:
-                handle = self.backend.handle(job_key, host)
-                if self.backend.alive(handle):
-                    return False
-                if self.backend.poll(handle).get("phase") not in ENDED:
-                    return False
-            return True
-
-        def ran(self) -> list[tuple[str, str]]:
-            return sorted(self.instances)
-
-        def pack(self) -> list[tuple[str, str, dict[str, bytes]]]:
-            """What its instances leave behind (logs, metrics, spec, state), to keep."""
-            return [(key, host, self.backend.pack(key, host)) for key, host in self.instances]
-
-        def _take_gpus(self, specs: list[dict[str, Any]]) -> None:
-            """The GPUs Ray gave this actor (its `num_gpus`) are its instance's share:
-            the LocalBackend hands them out as it does a fleet group's `gpus`."""
-            ids = tuple(int(i) for i in ray.get_gpu_ids() if str(i).isdigit())
-            if not ids:
-                return
-            actor = ray.get_runtime_context().get_actor_id()
-            self.backend.gpus = GpuShares(
-                self.node_data_dir / "gpus" / "ray" / str(actor),
-                {str(spec.get("pool") or ""): [ids] for spec in specs},
-            )
-
-        def log(self, job_key: str, host: str, operation: str, *args: Any) -> Any:
-            with self.backend.open_log(job_key, host) as reader:
-                if operation == "len":
-                    return len(reader)
-                if operation == "read":
-                    return [(e.timestamp, e.message) for e in reader.read(*args)]
-                if operation == "lines":
-                    return list(reader.lines(*args))
-                if operation == "fit":
-                    start, stop, budget, from_end = args
-                    return reader.fit(start, stop, budget, from_end=from_end)
-                return getattr(reader, operation)(*args)
-
-        def node(self) -> str:
-            return str(ray.get_runtime_context().get_node_id())
-
-        def shell_relay(self, job_key: str, host: str) -> tuple[str, int, bytes]:
-            """A listener on the node for one connection that starts with the token
-            answered here; it is then joined to a new session with the agent. Anyone
-            else reaching the port (another job's code, through its way out) is cut off."""
-            upstream = self.backend.shell_connect(self.backend.handle(job_key, host))
-            address = ray.util.get_node_ip_address()
-            listener = socket.create_server((address, 0))
-            token = secrets.token_bytes(TOKEN_BYTES)
-            threading.Thread(
-                target=_relay_one, args=(listener, token, upstream), daemon=True
-            ).start()
-            return address, int(listener.getsockname()[1]), token
-
-        def endpoint(self) -> tuple[str, int]:
-            """Where this instance's agent takes its job network's datagrams: the node's
-            address and a port free on it now (the agent binds it as it starts)."""
-            address = ray.util.get_node_ip_address()
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                probe.bind((address, 0))
-                return address, int(probe.getsockname()[1])
-
-    return InstanceHost
-
-
-def _relay_one(listener: socket.socket, token: bytes, upstream: socket.socket) -> None:
-    """Accept connections until one brings the token (or none does within the call
-    time), then carry bytes both ways between it and `upstream` until either ends."""
-    listener.settimeout(CALL_SECONDS)
-    client = None
-    try:
-        while client is None:
-            candidate, _ = listener.accept()
-            candidate.settimeout(CALL_SECONDS)
-            try:
-                said = b""
-                while len(said) < len(token):
-                    chunk = candidate.recv(len(token) - len(said))
-                    if not chunk:
-                        break
-                    said += chunk
-            except OSError:
-                said = b""
-            if hmac.compare_digest(said, token):
-                candidate.settimeout(None)
-                client = candidate
-            else:
-                candidate.close()
-    except OSError:
-        upstream.close()
-        return
-    finally:
-        listener.close()
-
-    def pump(source: socket.socket, sink: socket.socket) -> None:
-        """One direction; its end is passed on as an end of writing (the other
-        direction goes on), a broken connection as the end of both."""
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-            ends = [(sink, socket.SHUT_WR)]
-        except OSError:
-            ends = [(sink, socket.SHUT_RDWR), (source, socket.SHUT_RDWR)]
-        for end, how in ends:
-            try:
-                end.shutdown(how)
-            except OSError:
-                pass
-
-    back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-    back.start()
-    pump(client, upstream)
-    back.join()
-    client.close()
-    upstream.close()
-
-
-class ActorLog:
-    """An instance's log read through its actor, one call per operation (each a fresh
-    snapshot: a log only grows, so positions stay valid)."""
-
-    def __init__(self, backend: RayBackend, actor: Any, job_key: str, host: str) -> None:
-        self._backend = backend
-        self._actor = actor
-        self._key = (job_key, host)
-
-    def _call(self, operation: str, *args: Any) -> Any:
-        if self._actor is None:
-            return 0 if operation in ("len", "first_at", "fit") else []
-        return self._backend.get(self._actor.log.remote(*self._key, operation, *args))
-
-    def __len__(self) -> int:
-        return int(self._call("len") or 0)
-
-    def timestamp(self, position: int) -> int:
-        return int(self._call("timestamp", position))
-
-    def first_at(self, timestamp_ms: int) -> int:
-        return int(self._call("first_at", timestamp_ms))
-
-    def fit(self, start: int, stop: int, budget: int, *, from_end: bool = False) -> int:
-        if self._actor is None:
-            return start
-        return int(
-            self._backend.get(
-                self._actor.log.remote(*self._key, "fit", start, stop, budget, from_end)
-            )
-        )
-
-    def read(self, start: int, stop: int) -> list[Event]:
-        return [Event(t, m) for t, m in self._call("read", start, stop)]
-
-    def lines(self, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
-        yield from (tuple(item) for item in self._call("lines", start, stop))  # type: ignore[misc]
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> ActorLog:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class RayBackend:
@@ -286,7 +72,7 @@ class RayBackend:
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
-        self._host = _host_class()
+        self._host = host_class()
         self._aliases_file = self.data_dir / "ray-aliases.json"
         # Pools offered by the nodes' resources (`discover`): pool key -> (the resources
         # one instance's bundle takes, its GPUs).
@@ -683,7 +469,7 @@ class RayBackend:
         actor = self._reporter(job_key, host)
         if actor is None:
             return self._shipped.open_log(job_key, host)
-        return ActorLog(self, actor, job_key, host)
+        return ActorLog(self.get, actor, job_key, host)
 
     def metrics(self, job_key: str, host: str) -> Latest:
         actor = self._reporter(job_key, host)
@@ -743,32 +529,3 @@ class RayBackend:
         sock.settimeout(None)
         sock.sendall(token)
         return sock
-
-
-def end_all(address: str, data_dir: Path) -> None:
-    """End every actor and placement group of a data dir's (`local.end_agents` for Ray):
-    for throwing a data dir away (tests, benchmarks), never for a server's restart."""
-    import ray
-    from ray.util.placement_group import get_placement_group, remove_placement_group
-
-    ray.init(
-        address=address,
-        namespace=namespace(data_dir),
-        ignore_reinit_error=True,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
-    try:
-        for entry in ray.util.list_named_actors(all_namespaces=False):
-            try:
-                ray.kill(ray.get_actor(str(entry)))
-            except ValueError:
-                continue
-        for marker in (Path(data_dir) / "ray-placed").glob("*"):
-            job_key, _, attempt = marker.name.rpartition(".")
-            try:
-                remove_placement_group(get_placement_group(f"pg:{job_key}:{attempt}"))
-            except ValueError:
-                continue
-    finally:
-        ray.shutdown()

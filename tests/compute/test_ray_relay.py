@@ -1,4 +1,4 @@
-"""The relay a Ray node's actor opens for one shell session (`ray_backend._relay_one`):
+"""The relay a Ray node's actor opens for one shell session (`ray_host.relay_one`):
 only a connection that starts with the one-time token is joined to the agent's
 session, and each direction's end is passed on without cutting the other."""
 
@@ -8,7 +8,7 @@ import secrets
 import socket
 import threading
 
-from dockyard.compute.ray_backend import TOKEN_BYTES, _relay_one
+from dockyard.compute.ray_host import TOKEN_BYTES, relay_one
 
 
 def test_only_the_token_gets_through_and_ends_pass_on() -> None:
@@ -16,7 +16,7 @@ def test_only_the_token_gets_through_and_ends_pass_on() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     token = secrets.token_bytes(TOKEN_BYTES)
-    relay = threading.Thread(target=_relay_one, args=(listener, token, upstream))
+    relay = threading.Thread(target=relay_one, args=(listener, token, upstream))
     relay.start()
 
     intruder = socket.create_connection(("127.0.0.1", port), timeout=10)

@@ -98,7 +98,7 @@ def throw_away(server: DockyardServer, ray_cluster: Any) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from dockyard.compute.ray_backend import "
+            "import sys; from pathlib import Path; from dockyard.compute.ray_host import "
             "end_all; end_all(sys.argv[1], Path(sys.argv[2]))",
             str(ray_cluster.address),
             str(server.data_dir),
