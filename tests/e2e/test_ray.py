@@ -172,20 +172,11 @@ def test_a_job_runs_in_a_ray_actor_and_reports_through_it(ray_server: DockyardSe
     done = wait(server, "on-ray", lambda j: j["TrainingJobStatus"] != "InProgress")
     assert done["TrainingJobStatus"] == "Completed", done
     assert [(m["MetricName"], m["Value"]) for m in done["FinalMetricDataList"]] == [("loss", 0.25)]
-    logs = server.client("logs")
-    [stream] = logs.describe_log_streams(
-        logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="on-ray/"
-    )["logStreams"]
-    events = logs.get_log_events(
-        logGroupName="/aws/sagemaker/TrainingJobs",
-        logStreamName=stream["logStreamName"],
-        startFromHead=True,
-    )["events"]
-    assert [e["message"] for e in events] == ["loss=0.5", "loss=0.25"]
-    # Its actor ends (no warm pool): its log, metrics and spec are shipped to the
-    # server first, and read from there.
+    assert messages(server, "on-ray/") == ["loss=0.5", "loss=0.25"]
+    # Its actor ends (no warm pool): its files are shipped whole to the server first -
+    # its end state only then - and read from there.
     deadline = time.monotonic() + 60
-    while not list((server.data_dir / "ray-shipped").glob("*-on-ray-*/algo-1/job.json")):
+    while not list((server.data_dir / "ray-shipped").glob("*-on-ray-*/algo-1/state.json")):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert messages(server, "on-ray/") == ["loss=0.5", "loss=0.25"]
