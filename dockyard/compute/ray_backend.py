@@ -355,16 +355,18 @@ class RayBackend:
                 for name in names:
                     self._alias_gone(name)
             live = {key for key, _host, _name in self._job_actors("", aliases=False)}
-            placed = {
-                f"pg:{m.name.rpartition('.')[0]}:{m.name.rpartition('.')[2]}"
-                for m in self._placed.glob("*")
-            }
             for group in placement_group_table().values():
-                # Only this data dir's own (the table holds every namespace's).
                 name = str(group.get("name") or "")
-                if name not in placed or group.get("state") == "REMOVED":
+                job_key, _, attempt = name.removeprefix("pg:").rpartition(":")
+                # Only this data dir's own (the table holds every namespace's).
+                mine = (
+                    name.startswith("pg:")
+                    and "/" not in job_key
+                    and (self._placed / f"{job_key}.{attempt}").exists()
+                )
+                if not mine or group.get("state") == "REMOVED":
                     continue
-                if name[3:].rpartition(":")[0] not in live:
+                if job_key not in live:
                     try:
                         remove_placement_group(get_placement_group(name))
                     except ValueError:
