@@ -177,7 +177,11 @@ class RayBackend:
         """Start each host's actor in the job's placement group; safe to repeat. An
         instance whose actor is gone after its attempt was placed is lost, never
         started again: the control plane sees it not alive."""
-        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.placement_group import (
+            get_placement_group,
+            placement_group,
+            remove_placement_group,
+        )
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         new = []
@@ -201,6 +205,13 @@ class RayBackend:
                 new.append(spec)  # never placed: start it
         if new:
             attempt = new[0].get("attempt", 1)
+            # Earlier attempts are over: their placement groups (one Ray may have moved
+            # off a dead node) must not hold the capacity this one needs.
+            for earlier in range(1, int(attempt)):
+                try:
+                    remove_placement_group(get_placement_group(f"pg:{job_key}:{earlier}"))
+                except ValueError:
+                    continue
             bundles = [self._bundle(spec) for spec in new]
             group = placement_group(
                 [bundle for bundle, _ in bundles],

@@ -7,6 +7,8 @@ finds its running instance again."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -527,3 +529,69 @@ def test_a_hyperpod_cluster_on_ray_and_its_node_commands(
 
     client.delete_cluster(ClusterName="on-ray")
     wait_cluster(server, client, "on-ray", "Gone", timeout=180)
+
+
+def test_a_plan_job_whose_node_dies_restarts_on_healthy_capacity(
+    ray_manual_server: DockyardServer, ray_cluster: Any
+) -> None:
+    """On reserved capacity a dead node is not the job's end: the job restarts, on a node
+    offering the block's type in its AZ, once one is there again."""
+    server = ray_manual_server
+    client = server.client()
+    (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
+    d0 = tomorrow_at(6)
+    set_clock(server, d0)
+    [offering, *_] = search(
+        client,
+        InstanceType=P5,
+        InstanceCount=1,
+        DurationHours=24,
+        StartTimeAfter=at(d0, 0),
+        EndTimeBefore=at(d0, 1),
+    )
+    plan_arn = buy(client, "one-day", offering)
+    request = script_job(
+        server,
+        "survivor",
+        STEPPER,
+        HyperParameters={"steps": "300", "every": "5", "pause": "0.05"},
+        CheckpointConfig={"S3Uri": "s3://results/checkpoints/survivor"},
+    )
+    request["ResourceConfig"] = {
+        "InstanceType": P5,
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "TrainingPlanArn": plan_arn,
+    }
+    client.create_training_job(**request)
+    set_clock(server, at(d0, 0))
+    wait_secondary(server, client, "survivor", "Training", timeout=120)
+    deadline = time.monotonic() + 120
+    while not any(m.startswith("checkpoint 15") for m in messages(server, "survivor/algo-1")):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    # Its node dies; one offering the same joins.
+    raylet = ray_node_of(server, "survivor")
+    [node] = [
+        n
+        for n in ray_cluster.worker_nodes
+        if any(p.process.pid == raylet for p in n.all_processes.get("raylet", []))
+    ]
+    ray_cluster.remove_node(node)
+    # On one machine the instance's agent and code outlive their "node" (their own
+    # session); a real node's death takes them along.
+    [root] = (server.data_dir / "instances").glob("*-survivor-*/algo-1")
+    os.kill(agent_of(server, "survivor"), signal.SIGKILL)
+    os.killpg(int(json.loads((root / "state.json").read_text())["pid"]), signal.SIGKILL)
+    args = NODE_ARGS.pop(node)
+    NODE_ARGS[ray_cluster.add_node(num_cpus=1, **args)] = args
+    done = wait(server, "survivor", lambda j: j["TrainingJobStatus"] != "InProgress", timeout=300)
+    assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
+    # One log stream across both nodes. The agent puts checkpoints in S3 when an attempt
+    # stops or ends, and this one died: the restart begins anew.
+    said = messages(server, "survivor/algo-1")
+    assert [m for m in said if m.startswith("restart")] == [
+        "restart 0 from 0",
+        "restart 1 from 0",
+    ]
+    assert said[-1].startswith("done ")
