@@ -15,7 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -283,12 +283,7 @@ def test_a_dead_node_fails_its_job_and_keeps_no_pool(
         assert time.monotonic() < deadline
         time.sleep(0.2)
     # The node whose raylet the instance's actor runs under dies.
-    pids = {pid for pid, _ in ancestry(agent_of(server, "ray-doomed"))}
-    [node] = [
-        n
-        for n in ray_cluster.worker_nodes
-        if any(p.process.pid in pids for p in n.all_processes.get("raylet", []))
-    ]
+    node = node_with(ray_cluster, {pid for pid, _ in ancestry(agent_of(server, "ray-doomed"))})
     ray_cluster.remove_node(node)
     failed = wait(server, "ray-doomed", lambda j: j["TrainingJobStatus"] == "Failed")
     assert "exited unexpectedly" in failed["FailureReason"]
@@ -323,6 +318,49 @@ def test_an_instance_gets_the_gpus_ray_gave_its_actor(ray_server: DockyardServer
         assert count == "1" and visible.isdigit(), line
         seen.append(visible)
     assert seen[0] != seen[1], seen
+
+
+def node_with(ray_cluster: Any, pids: set[int]) -> Any:
+    """The cluster's worker node whose raylet is one of `pids`."""
+    [node] = [
+        n
+        for n in ray_cluster.worker_nodes
+        if any(p.process.pid in pids for p in n.all_processes.get("raylet", []))
+    ]
+    return node
+
+
+def start_on_plan(
+    server: DockyardServer,
+    name: str,
+    plan_arn: str,
+    block_start: datetime,
+    steps: int,
+    before: str = "",
+) -> None:
+    """A checkpointing job (STEPPER) on a 1-instance ml.p5.48xlarge plan, started by the
+    clock reaching its block, and let run past its third checkpoint."""
+    client = server.client()
+    request = script_job(
+        server,
+        name,
+        before + textwrap.dedent(STEPPER),
+        HyperParameters={"steps": str(steps), "every": "5", "pause": "0.05"},
+        CheckpointConfig={"S3Uri": f"s3://results/checkpoints/{name}"},
+    )
+    request["ResourceConfig"] = {
+        "InstanceType": P5,
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "TrainingPlanArn": plan_arn,
+    }
+    client.create_training_job(**request)
+    set_clock(server, block_start)
+    wait_secondary(server, client, name, "Training", timeout=120)
+    deadline = time.monotonic() + 120
+    while not any(m.startswith("checkpoint 15") for m in messages(server, f"{name}/algo-1")):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
 
 
 def ray_node_of(server: DockyardServer, name: str) -> int:
@@ -373,29 +411,9 @@ def test_a_plan_job_moves_to_the_next_blocks_node(ray_manual_server: DockyardSer
         if len({b["AvailabilityZone"] for b in o["ReservedCapacityOfferings"]}) == 2
     )
     plan_arn = buy(client, "two-zones", split)
-    request = script_job(
-        server,
-        "mover",
-        "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
-        + textwrap.dedent(STEPPER),
-        HyperParameters={"steps": "400", "every": "5", "pause": "0.05"},
-        CheckpointConfig={"S3Uri": "s3://results/checkpoints/mover"},
-    )
-    request["ResourceConfig"] = {
-        "InstanceType": P5,
-        "InstanceCount": 1,
-        "VolumeSizeInGB": 10,
-        "TrainingPlanArn": plan_arn,
-    }
-    client.create_training_job(**request)
-
-    set_clock(server, at(d0, 0))
-    wait_secondary(server, client, "mover", "Training", timeout=120)
+    gpus = "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+    start_on_plan(server, "mover", plan_arn, at(d0, 0), steps=400, before=gpus)
     first_node = ray_node_of(server, "mover")
-    deadline = time.monotonic() + 120
-    while not any(m.startswith("checkpoint 15") for m in messages(server, "mover/algo-1")):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
 
     set_clock(server, at(d0, 1) - timedelta(minutes=30))
     wait_secondary(server, client, "mover", "Pending", timeout=120)
@@ -550,33 +568,9 @@ def test_a_plan_job_whose_node_dies_restarts_on_healthy_capacity(
         EndTimeBefore=at(d0, 1),
     )
     plan_arn = buy(client, "one-day", offering)
-    request = script_job(
-        server,
-        "survivor",
-        STEPPER,
-        HyperParameters={"steps": "300", "every": "5", "pause": "0.05"},
-        CheckpointConfig={"S3Uri": "s3://results/checkpoints/survivor"},
-    )
-    request["ResourceConfig"] = {
-        "InstanceType": P5,
-        "InstanceCount": 1,
-        "VolumeSizeInGB": 10,
-        "TrainingPlanArn": plan_arn,
-    }
-    client.create_training_job(**request)
-    set_clock(server, at(d0, 0))
-    wait_secondary(server, client, "survivor", "Training", timeout=120)
-    deadline = time.monotonic() + 120
-    while not any(m.startswith("checkpoint 15") for m in messages(server, "survivor/algo-1")):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    start_on_plan(server, "survivor", plan_arn, at(d0, 0), steps=300)
     # Its node dies; one offering the same joins.
-    raylet = ray_node_of(server, "survivor")
-    [node] = [
-        n
-        for n in ray_cluster.worker_nodes
-        if any(p.process.pid == raylet for p in n.all_processes.get("raylet", []))
-    ]
+    node = node_with(ray_cluster, {ray_node_of(server, "survivor")})
     ray_cluster.remove_node(node)
     # On one machine the instance's agent and code outlive their "node" (their own
     # session); a real node's death takes them along.
