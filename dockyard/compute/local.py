@@ -14,7 +14,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -40,7 +39,6 @@ from dockyard.compute.sandbox_network import sweep as sweep_networks
 
 log = logging.getLogger(__name__)
 
-_HOST = re.compile(r"algo-[1-9][0-9]*")
 # How an agent's command line shows it, whether forked or started as a new interpreter.
 AGENT_MARKER = AGENT_MODULE.encode()
 
@@ -161,9 +159,6 @@ class LocalBackend(InstanceFiles):
         if sandbox.get("mode", "bwrap") != "none":
             sandbox["uid"] = self.sandbox_uid(str(spec.get("account_id", "")))
         return {**spec, "sandbox": sandbox, "gpus": list(gpus)}
-
-    def _root(self, job_key: str, host: str) -> Path:
-        return self.root / job_key / host
 
     def handle(self, job_key: str, host: str) -> str:
         return str(self._root(job_key, host))

@@ -57,13 +57,13 @@ AZ_SHARE = 0.001
 
 
 class RayBackend:
-    def __init__(self, address: str, data_dir: Path, node_data_dir: Path | None = None) -> None:
+    def __init__(self, address: str, data_dir: Path) -> None:
         import ray
 
         self._ray = ray
         self.data_dir = Path(data_dir).resolve()
-        # Where each node keeps its instances' roots (the same path on every node).
-        self.node_data_dir = str((node_data_dir or self.data_dir).resolve())
+        # Where each node keeps its instances' roots: the same path on every node.
+        self.node_data_dir = str(self.data_dir)
         self.namespace = namespace(self.data_dir)
         ray.init(
             address=address,
@@ -86,13 +86,8 @@ class RayBackend:
         # Placing a job and sweeping ended ones never interleave: a placement group
         # whose actors are still to come is not an orphan.
         self._lock = threading.RLock()
-        self._stopping = threading.Event()
-        self._sweeper = threading.Thread(target=self._sweep_forever, name="ray-sweep", daemon=True)
-        self._sweeper.start()
-
-    def close(self) -> None:
-        self._stopping.set()
-        self._sweeper.join(timeout=CALL_SECONDS)
+        # For the server's life (a daemon thread): what it does is safe to cut off.
+        threading.Thread(target=self._sweep_forever, name="ray-sweep", daemon=True).start()
 
     # -- the fleet --------------------------------------------------------------------
 
@@ -138,13 +133,8 @@ class RayBackend:
             return {}
         return found if isinstance(found, dict) else {}
 
-    def _alias(self, name: str, home: str | None) -> None:
-        aliases = self._aliases()
-        if home is None:
-            aliases.pop(name, None)
-        else:
-            aliases[name] = home
-        write_private(self._aliases_file, json.dumps(aliases))
+    def _alias(self, name: str, home: str) -> None:
+        write_private(self._aliases_file, json.dumps({**self._aliases(), name: home}))
 
     def _actor_name(self, job_key: str, host: str) -> str:
         name = f"{job_key}/{host}"
@@ -326,7 +316,8 @@ class RayBackend:
     # -- ending actors ------------------------------------------------------------------
 
     def _sweep_forever(self) -> None:
-        while not self._stopping.wait(SWEEP_SECONDS):
+        while True:
+            time.sleep(SWEEP_SECONDS)
             try:
                 self.sweep()
             except Exception:  # the next pass tries again

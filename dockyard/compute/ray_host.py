@@ -103,9 +103,6 @@ def host_class() -> Any:
                     return reader.fit(start, stop, budget, from_end=from_end)
                 return getattr(reader, operation)(*args)
 
-        def node(self) -> str:
-            return str(ray.get_runtime_context().get_node_id())
-
         def shell_relay(self, job_key: str, host: str) -> tuple[str, int, bytes]:
             """A listener on the node for one connection that starts with the token
             answered here; it is then joined to a new session with the agent. Anyone
@@ -192,12 +189,10 @@ class ActorLog:
         self._key = (job_key, host)
 
     def _call(self, operation: str, *args: Any) -> Any:
-        if self._actor is None:
-            return 0 if operation in ("len", "first_at", "fit") else []
         return self._get(self._actor.log.remote(*self._key, operation, *args))
 
     def __len__(self) -> int:
-        return int(self._call("len") or 0)
+        return int(self._call("len"))
 
     def timestamp(self, position: int) -> int:
         return int(self._call("timestamp", position))
@@ -206,11 +201,7 @@ class ActorLog:
         return int(self._call("first_at", timestamp_ms))
 
     def fit(self, start: int, stop: int, budget: int, *, from_end: bool = False) -> int:
-        if self._actor is None:
-            return start
-        return int(
-            self._get(self._actor.log.remote(*self._key, "fit", start, stop, budget, from_end))
-        )
+        return int(self._call("fit", start, stop, budget, from_end))
 
     def read(self, start: int, stop: int) -> list[Event]:
         return [Event(t, m) for t, m in self._call("read", start, stop)]

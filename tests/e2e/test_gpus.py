@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_training_jobs import job_request
 from tests.harness import DockyardServer
 
 FLEET = """
@@ -49,23 +50,17 @@ def gpu_server(tmp_path: Path) -> Iterator[DockyardServer]:
 def request(
     name: str, instance_type: str, code: str = REPORT + SLEEP, **resources: Any
 ) -> dict[str, Any]:
-    return {
-        "TrainingJobName": name,
-        "AlgorithmSpecification": {
-            "TrainingImage": "python:3.11",
-            "TrainingInputMode": "File",
-            "ContainerEntrypoint": ["python3", "-c", code],
-        },
-        "RoleArn": "arn:aws:iam::123456789012:role/training",
-        "OutputDataConfig": {"S3OutputPath": "s3://dockyard-jobs/out"},
-        "ResourceConfig": {
+    return job_request(
+        name,
+        code,
+        OutputDataConfig={"S3OutputPath": "s3://dockyard-jobs/out"},
+        ResourceConfig={
             "InstanceType": instance_type,
             "InstanceCount": 1,
             "VolumeSizeInGB": 10,
             **resources,
         },
-        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
-    }
+    )
 
 
 def reported(server: DockyardServer, name: str, timeout: float = 120) -> list[Any]:

@@ -26,7 +26,7 @@ from tests.e2e.plan_helpers import search, set_clock, tomorrow_at
 from tests.e2e.test_cluster_exec import cli, run_on
 from tests.e2e.test_clusters import group, wait_cluster, wait_nodes
 from tests.e2e.test_plan_jobs import P5, STEPPER, at, buy, wait_secondary
-from tests.e2e.test_training_jobs import script_job
+from tests.e2e.test_training_jobs import job_request, script_job
 from tests.harness import DockyardServer
 
 # Three worker nodes in two AZs, offering instances by custom resources (docs/ray.md);
@@ -53,6 +53,9 @@ NODES: list[dict[str, Any]] = [
 ]
 
 
+DEFAULT_OUTPUT = "s3://dockyard-jobs/out"
+# Two hosts of the type two nodes of us-east-1a offer: one on each.
+TWO_HOSTS = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10}
 NODE_ARGS: dict[Any, dict[str, Any]] = {}  # each node of the cluster: what it was started with
 
 
@@ -111,26 +114,14 @@ def throw_away(server: DockyardServer, ray_cluster: Any) -> None:
 
 
 def job(name: str, code: str, keep_alive: int = 0) -> dict[str, Any]:
-    resources: dict[str, Any] = {
-        "InstanceType": "ml.m5.xlarge",
-        "InstanceCount": 1,
-        "VolumeSizeInGB": 10,
-    }
+    """An inline job on one ml.m5.xlarge, its output in the default bucket."""
+    request = job_request(name, code, OutputDataConfig={"S3OutputPath": DEFAULT_OUTPUT})
     if keep_alive:
-        resources["KeepAlivePeriodInSeconds"] = keep_alive
-    return {
-        "TrainingJobName": name,
-        "AlgorithmSpecification": {
-            "TrainingImage": "python:3.11",
-            "TrainingInputMode": "File",
-            "ContainerEntrypoint": ["python3", "-c", code],
-            "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
-        },
-        "RoleArn": "arn:aws:iam::123456789012:role/training",
-        "OutputDataConfig": {"S3OutputPath": "s3://dockyard-jobs/out"},
-        "ResourceConfig": resources,
-        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
-    }
+        request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = keep_alive
+    request["AlgorithmSpecification"]["MetricDefinitions"] = [
+        {"Name": "loss", "Regex": "loss=([0-9.]+)"}
+    ]
+    return request
 
 
 def wait(server: DockyardServer, name: str, test: Any, timeout: float = 180) -> dict[str, Any]:
@@ -251,7 +242,7 @@ def test_a_two_instance_job_is_spread_over_two_nodes(ray_server: DockyardServer)
         server,
         "ray-pair",
         PAIR,
-        ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10},
+        ResourceConfig=TWO_HOSTS,
     )
     server.client().create_training_job(**request)
     training = wait(server, "ray-pair", lambda j: j["SecondaryStatus"] in ("Training", "Failed"))
@@ -486,7 +477,7 @@ def test_another_job_cannot_get_into_a_job_network(ray_server: DockyardServer) -
         server,
         "victim",
         VICTIM,
-        ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10},
+        ResourceConfig=TWO_HOSTS,
     )
     client.create_training_job(**victim)
     deadline = time.monotonic() + 180
