@@ -509,6 +509,9 @@ class Agent:
         # The job is over when its first process ends, as when a container's entrypoint
         # exits: whatever it left behind ends with it (and with its sandbox).
         code = _exit_code(zygote.end())
+        # Before anything of the tree is read: it is root's again, whatever another
+        # instance of the job (the same user, still running) tries meanwhile.
+        confinement.take_back()
         reader.join(timeout=5)
         if stop_reason is not None:
             return {"phase": "stopped", "exit_code": code, "stop_reason": stop_reason}

@@ -10,6 +10,7 @@ as agent crashes.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import shutil
 import stat
@@ -19,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.compute.agent_env import Layout, script_name
-from dockyard.compute.agent_files import regular_files, walk
+from dockyard.compute.agent_files import (
+    UnsafeArchive,
+    entries,
+    extract_tar,
+    open_regular,
+    regular_files,
+)
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.s3 import S3Error, S3Store, parse_s3_uri
 
@@ -124,12 +131,21 @@ def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: Chec
             _download_all(store, pairs, layout.checkpoint_dir(spec), check_stop)
         submit = script_name(spec.submit_directory)
         if submit and not spec.entrypoint:
-            _stage_code(submit, layout, store)
+            _stage_code(spec, submit, layout, store)
     except S3Error as exc:
         raise ClientError(exc.message) from exc
 
 
-def _stage_code(submit: str, layout: Layout, store: S3Store) -> None:
+def volume_bytes(spec: JobSpec) -> int:
+    """ResourceConfig.VolumeSizeInGB: what the instance's storage holds."""
+    try:
+        size = int(spec.resource_config.get("VolumeSizeInGB") or 0)
+    except (TypeError, ValueError):
+        size = 0
+    return max(size, 1) * 1024**3
+
+
+def _stage_code(spec: JobSpec, submit: str, layout: Layout, store: S3Store) -> None:
     # Only from S3, as SageMaker takes it: a file:// archive would be any file of this
     # host the agent (root) can read.
     if not submit.startswith("s3://"):
@@ -140,11 +156,10 @@ def _stage_code(submit: str, layout: Layout, store: S3Store) -> None:
     store.download(submit, archive)
     layout.code_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with tarfile.open(archive) as tar:
-            # The "data" filter refuses absolute paths, `..`, devices and links out of
-            # the tree, and drops set-uid bits and ownership.
-            tar.extractall(layout.code_dir, filter="data")
-    except (tarfile.TarError, OSError) as exc:
+        # By descriptor, never through a link of its own (tarfile's "data" filter
+        # resolves paths to check them, and chains of links fool it).
+        extract_tar(archive, layout.code_dir, volume_bytes(spec))
+    except (tarfile.TarError, OSError, UnsafeArchive) as exc:
         raise ClientError(f'Could not unpack the source archive "{submit}": {exc}') from exc
 
 
@@ -160,18 +175,25 @@ def _pack(base: Path, directory: Path, archive: Path) -> None:
     what they point at), nothing else (a FIFO or socket the job left)."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "w:gz") as tar:
-        for path, info in walk(base, directory):
-            if (
-                stat.S_ISREG(info.st_mode)
-                or stat.S_ISDIR(info.st_mode)
-                or stat.S_ISLNK(info.st_mode)
-            ):
-                tar.add(
-                    path,
-                    arcname=path.relative_to(directory).as_posix(),
-                    recursive=False,
-                    filter=_as_root,
-                )
+        for entry in entries(base, directory):
+            mode = entry.info.st_mode
+            if stat.S_ISREG(mode):
+                fd = open_regular(entry)
+                if fd is None:
+                    continue
+                with os.fdopen(fd, "rb") as handle:
+                    info = tar.gettarinfo(arcname=entry.relative, fileobj=handle)
+                    tar.addfile(_as_root(info), handle)
+            elif stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+                info = tarfile.TarInfo(entry.relative)
+                info.mtime = int(entry.info.st_mtime)
+                info.mode = stat.S_IMODE(mode)
+                if stat.S_ISDIR(mode):
+                    info.type = tarfile.DIRTYPE
+                else:
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
+                tar.addfile(_as_root(info))
 
 
 def artifact_uri(spec: JobSpec, name: str) -> str:
@@ -195,8 +217,15 @@ def upload_outputs(spec: JobSpec, layout: Layout, store: S3Store) -> None:
         if spec.checkpoint_s3_uri:
             base = spec.checkpoint_s3_uri.rstrip("/")
             checkpoints = layout.checkpoint_dir(spec)
-            for path in regular_files(layout.opt_ml, checkpoints):
-                store.upload(path, f"{base}/{path.relative_to(checkpoints).as_posix()}")
+            for entry in regular_files(layout.opt_ml, checkpoints):
+                fd = open_regular(entry)
+                if fd is None:
+                    continue
+                try:
+                    # The file this descriptor is, whatever its name leads to now.
+                    store.upload(Path(f"/proc/self/fd/{fd}"), f"{base}/{entry.relative}")
+                finally:
+                    os.close(fd)
     except S3Error as exc:
         raise ClientError(exc.message) from exc
     except (OSError, ValueError) as exc:

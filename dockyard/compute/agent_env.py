@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dockyard.compute.agent_files import is_real_dir, take_back
+from dockyard.compute.agent_files import freeze, is_real_dir, take_back
 from dockyard.compute.agent_spec import JobSpec
 
 GROUP = "homogeneousCluster"
@@ -174,6 +174,8 @@ class Layout:
         if not is_real_dir(self.opt_ml):
             _remove(self.opt_ml)
             return
+        # Root's already after a job that ran; not after one that failed before it did.
+        freeze(self.opt_ml, skip=keep)
         take_back(self.opt_ml)
         for entry in list(self.opt_ml.iterdir()):
             if entry == keep.parent and is_real_dir(entry):

@@ -2,10 +2,21 @@
 
 While a job runs its `/opt/ml` is its own: it may leave a symbolic link where its
 model directory was (`/opt/ml/model -> /etc`), a link named `failure` pointing at a
-key, a FIFO that never ends. The agent reads and empties that tree as root after the
-job's sandbox is gone, so every path it follows there is checked one component at a
-time (`O_NOFOLLOW`, directories by descriptor), and walks never enter links: a link
-is packed as a link, never read through.
+key, a FIFO that never ends. And the job being over does not mean nobody can change
+the tree any more: the job's other instances run on as the same user, and one of them
+may hold a descriptor of this tree (handed over an abstract unix socket in their shared
+network), ready to swap a directory for a link while the agent walks it. So:
+
+- once the job's sandbox is gone the agent takes the whole tree back (`freeze`):
+  every directory and file becomes root's and unwritable by anyone else, top down and
+  by descriptor, each directory before what it holds is listed - from then on the
+  sandbox's user, whatever descriptor it holds, can change nothing of the tree's shape;
+- every read after that still goes by descriptor (`entries`, `open_regular`,
+  `read_regular`: `O_NOFOLLOW`, one component at a time), walks never enter links,
+  and a link is packed as a link, never read through;
+- a tenant's archive is unpacked by descriptor too (`extract_tar`), never by
+  tarfile's own extraction, whose checks resolve paths (and are known to be fooled by
+  chains of links longer than the system resolves).
 
 Before a job starts the agent lays its tree out as root, then hands it over
 (`hand_over`): ownership moves to the sandbox's user children first and by descriptor,
@@ -15,12 +26,19 @@ turn it onto a host file.
 
 from __future__ import annotations
 
+import errno
 import os
+import posixpath
 import stat
+import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A job may have given its own user rights through ACLs, which outlive a chown.
+_ACLS = ("system.posix_acl_access", "system.posix_acl_default")
 
 
 def _open_dir(base: Path, parts: list[str]) -> int:
@@ -88,25 +106,272 @@ def is_real_dir_under(base: Path, path: Path) -> bool:
     return True
 
 
-def walk(base: Path, directory: Path) -> Iterator[tuple[Path, os.stat_result]]:
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a walk: its path relative to the walked directory, what it is (not
+    followed), and the directory it is in, by descriptor (valid while the walk is at
+    it)."""
+
+    relative: str
+    info: os.stat_result
+    dir_fd: int
+    name: str
+
+
+def entries(base: Path, directory: Path) -> Iterator[Entry]:
     """Every entry under `directory` (a real directory all the way down from `base`),
-    links included but never followed, depth-first."""
-    if not is_real_dir_under(base, directory):
+    depth-first, by descriptor: links are reported, never followed or entered."""
+    try:
+        top = _open_dir(base, relative_parts(base, directory))
+    except (OSError, ValueError):
         return
-    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
-        for name in sorted(dirnames + filenames):
-            path = Path(dirpath) / name
+    try:
+        for dirpath, dirnames, filenames, dir_fd in os.fwalk(
+            ".", dir_fd=top, follow_symlinks=False
+        ):
+            dirnames.sort()
+            for name in sorted(dirnames + filenames):
+                try:
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                yield Entry(posixpath.normpath(posixpath.join(dirpath, name)), info, dir_fd, name)
+    finally:
+        os.close(top)
+
+
+def open_regular(entry: Entry) -> int | None:
+    """A descriptor of the entry if it is (still) the regular file the walk saw."""
+    try:
+        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
+    except OSError:
+        return None
+    found = os.fstat(fd)
+    if stat.S_ISREG(found.st_mode) and (found.st_dev, found.st_ino) == (
+        entry.info.st_dev,
+        entry.info.st_ino,
+    ):
+        return fd
+    os.close(fd)
+    return None
+
+
+def regular_files(base: Path, directory: Path) -> Iterator[Entry]:
+    for entry in entries(base, directory):
+        if stat.S_ISREG(entry.info.st_mode):
+            yield entry
+
+
+def freeze(top: Path, skip: Path | None = None) -> None:
+    """Take the whole tree back: every directory and file under `top` (but `skip`, left
+    as it is) becomes root's, writable by root alone, with no ACL giving anyone more.
+
+    Top down and by descriptor: a directory is taken before it is listed, so what the
+    listing says stays true (its user can no longer add, remove or rename anything in
+    it), and each subdirectory is entered only if it is the directory the listing saw.
+    (Run while no process of the tree's own sandbox is left; another sandbox of the
+    same user may still be running.)
+    """
+    if os.geteuid() != 0 or not is_real_dir(top):
+        return
+    skip_key = _key(skip)
+    try:
+        top_fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        _freeze(top_fd, skip_key)
+    finally:
+        os.close(top_fd)
+
+
+def _key(path: Path | None) -> tuple[int, int] | None:
+    if path is None:
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+def _take(fd: int, mode: int) -> None:
+    os.fchown(fd, 0, 0)
+    os.fchmod(fd, mode)
+    for name in _ACLS:
+        try:
+            os.removexattr(fd, name)
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+
+
+def _freeze(dir_fd: int, skip: tuple[int, int] | None) -> None:
+    info = os.fstat(dir_fd)
+    _take(dir_fd, (stat.S_IMODE(info.st_mode) & 0o755) | 0o700)
+    for entry in os.scandir(dir_fd):
+        try:
+            found = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (found.st_dev, found.st_ino) == skip:
+            continue
+        if stat.S_ISDIR(found.st_mode):
             try:
-                yield path, os.lstat(path)
+                inner = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
             except OSError:
                 continue
-        dirnames.sort()
+            try:
+                seen = os.fstat(inner)
+                if (seen.st_dev, seen.st_ino) == (found.st_dev, found.st_ino):
+                    _freeze(inner, skip)
+            finally:
+                os.close(inner)
+        elif stat.S_ISREG(found.st_mode):
+            # The directory is root's now: the name still is the file the listing saw.
+            fd = os.open(entry.name, _FILE_FLAGS, dir_fd=dir_fd)
+            try:
+                _take(fd, stat.S_IMODE(found.st_mode) & 0o755)
+            finally:
+                os.close(fd)
+        else:
+            # A link, FIFO or socket: root's, as what it is (never opened).
+            os.chown(entry.name, 0, 0, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def regular_files(base: Path, directory: Path) -> Iterator[Path]:
-    for path, info in walk(base, directory):
-        if stat.S_ISREG(info.st_mode):
-            yield path
+class UnsafeArchive(Exception):
+    """A member of a tenant's archive that would land outside its directory, or is not
+    a file, directory or link."""
+
+
+def extract_tar(archive: Path, directory: Path, limit_bytes: int | None = None) -> None:
+    """Unpack a tenant's tar archive into `directory` (a directory of root's, which
+    nothing else can change while this runs) by descriptor.
+
+    Each member's parent directories are opened one component at a time without
+    following links, so a link in the archive - wherever it points - is created as a
+    link and never written through; `..` and absolute names are refused, and so is
+    anything but files, directories, symbolic links and hard links to earlier members.
+    Modes lose set-uid, set-gid and sticky bits and write for group and others;
+    ownership is the extracting user's. `limit_bytes` caps what the files add up to.
+    """
+    top = os.open(directory, _DIR_FLAGS)
+    written = 0
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar:
+                parts = _member_parts(member.name)
+                if not parts:
+                    continue  # the archive's own top directory ("." or "./")
+                parent = _make_dirs(top, parts[:-1], member.name)
+                try:
+                    name = parts[-1]
+                    if member.isdir():
+                        _mkdir(parent, name, member.name)
+                        continue
+                    _unlink(parent, name)
+                    if member.isreg():
+                        written += member.size
+                        if limit_bytes is not None and written > limit_bytes:
+                            raise UnsafeArchive(f"it unpacks to more than {limit_bytes} bytes")
+                        _write_member(tar, member, parent, name)
+                    elif member.issym():
+                        os.symlink(member.linkname, name, dir_fd=parent)
+                    elif member.islnk():
+                        target = _member_parts(member.linkname)
+                        if not target:
+                            raise UnsafeArchive(f"{member.name!r} links to {member.linkname!r}")
+                        source = _open_dir_fd(top, target[:-1], member.linkname)
+                        try:
+                            os.link(
+                                target[-1],
+                                name,
+                                src_dir_fd=source,
+                                dst_dir_fd=parent,
+                                follow_symlinks=False,
+                            )
+                        finally:
+                            os.close(source)
+                    else:
+                        raise UnsafeArchive(f"{member.name!r} is not a file, directory or link")
+                finally:
+                    os.close(parent)
+    finally:
+        os.close(top)
+
+
+def _member_parts(name: str) -> list[str]:
+    if name.startswith("/") or "\0" in name:
+        raise UnsafeArchive(f"{name!r} is an absolute path")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchive(f"{name!r} leads out of the directory")
+    return parts
+
+
+def _open_dir_fd(top: int, parts: list[str], member: str) -> int:
+    fd = os.dup(top)
+    try:
+        for part in parts:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError as exc:
+        os.close(fd)
+        raise UnsafeArchive(f"{member!r} is not inside a directory of the archive") from exc
+    return fd
+
+
+def _make_dirs(top: int, parts: list[str], member: str) -> int:
+    fd = os.dup(top)
+    try:
+        for part in parts:
+            _mkdir(fd, part, member)
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError as exc:
+        os.close(fd)
+        # A link where a directory should be (ELOOP, ENOTDIR) is never followed.
+        raise UnsafeArchive(f"{member!r} would be written through a link") from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _mkdir(dir_fd: int, name: str, member: str) -> None:
+    try:
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            raise UnsafeArchive(f"{member!r} would be written through a link") from None
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    """A later member replaces an earlier one, as tar does (but never a directory)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError as exc:
+        raise UnsafeArchive(f"{name!r} is a directory of the archive already") from exc
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dir_fd: int, name: str) -> None:
+    source = tar.extractfile(member)
+    mode = (member.mode & 0o755) | 0o600
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+        dir_fd=dir_fd,
+    )
+    with os.fdopen(fd, "wb") as out:
+        if source is not None:
+            while chunk := source.read(1024 * 1024):
+                out.write(chunk)
+        os.fchmod(out.fileno(), mode)
 
 
 def hand_over(top: Path, uid: int, skip: Path | None = None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dockyard.compute.agent_env import Layout, build_env, container_env
-from dockyard.compute.agent_files import hand_over
+from dockyard.compute.agent_files import freeze, hand_over
 from dockyard.compute.agent_overlay import Overlay, OverlayError, addresses
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import BOOT, Zygote
@@ -191,6 +191,13 @@ class Confinement:
         except OSError:
             owned = False
         hand_over(self.layout.opt_ml, self.sandbox.uid, skip=cache if owned else None)
+
+    def take_back(self) -> None:
+        """The tree becomes root's again (`freeze`), all but the pool's cache (which the
+        agent never reads, only deletes): the job's sandbox is gone, but its other
+        instances, the same user, may still run and hold a descriptor of it."""
+        if self.sandbox is not None:
+            freeze(self.layout.opt_ml, skip=self.layout.warm_pool_cache)
 
     def oom_kills(self) -> int:
         return self.cgroup.oom_kills() if self.cgroup else 0

