@@ -26,12 +26,13 @@ from dockyard.control.jobs import JobsReconciler
 from dockyard.control.loop import ControlLoop
 from dockyard.control.plans import PlansReconciler
 from dockyard.control.pools import PoolsReconciler
+from dockyard.control.purges import PurgesReconciler
 from dockyard.defaults import DEFAULT_BUCKET
 from dockyard.domain import fleet as fleet_rules
 from dockyard.domain import instance_types
 from dockyard.s3.gateway import S3Gateway
 from dockyard.secretbox import SecretBox
-from dockyard.services import bootstrap, clock_state, fleet
+from dockyard.services import bootstrap, buckets, clock_state, fleet
 from dockyard.services.bootstrap import DevelopmentAccess
 from dockyard.services.buckets import BucketStore
 from dockyard.services.capacity import CalendarCache
@@ -144,6 +145,7 @@ def build(settings: Settings) -> Server:
             ("jobs", jobs),
             ("clusters", ClustersReconciler(db, clock, backend, settings, box)),
             ("pools", PoolsReconciler(db, clock, backend, plans)),
+            ("purges", PurgesReconciler(db, backend)),
         ],
         interval_seconds=settings.reconcile_interval_seconds,
     )
@@ -178,6 +180,8 @@ def build(settings: Settings) -> Server:
         # A new server has its jobs' bucket, so the README's examples run as written.
         (gateway.store / DEFAULT_BUCKET).mkdir(exist_ok=True)
         state.s3_store = BucketStore(gateway.store, development.account_id)
+        with db.read_session() as session:
+            buckets.mark_all(session, state.s3_store)
         state.s3 = S3Front(state, state.s3_store, gateway.socket)
     return Server(
         state=state,

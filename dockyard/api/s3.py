@@ -140,7 +140,10 @@ class S3Front:
 
     def _claim(self, bucket: str, account_id: str) -> bool:
         with self.state.db.session() as session:
-            return buckets.claim(session, bucket, account_id, self.state.clock.now())
+            claimed = buckets.claim(session, bucket, account_id, self.state.clock.now())
+        if claimed:
+            buckets.mark(self.store, bucket, account_id)
+        return claimed
 
     def _forget(self, bucket: str) -> None:
         with self.state.db.session() as session:
@@ -212,12 +215,19 @@ class S3Front:
                 owner = await self._run(self._owner, name)
                 if owner is not None and owner != account:
                     return _error("AccessDenied", "Access Denied", 403, f"/{name}")
+        deleting = method == "DELETE" and not key and not subresource
+        if deleting:
+            # No agent uses the bucket from here; marked again if it is not deleted.
+            await self._run(buckets.unmark, self.store, bucket)
         response = await self._forward(request, raw_path, query)
         if creating and response.status_code < 300:
             if not await self._run(self._claim, bucket, account):
                 return _error("BucketAlreadyExists", "The bucket name is taken", 409, bucket)
-        if method == "DELETE" and not key and not subresource and response.status_code < 300:
-            await self._run(self._forget, bucket)
+        if deleting:
+            if response.status_code < 300:
+                await self._run(self._forget, bucket)
+            else:
+                await self._run(buckets.mark, self.store, bucket, account)
         return response
 
     async def _send(self, request: Request, raw_path: str, query: str) -> httpx.Response:

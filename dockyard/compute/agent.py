@@ -239,8 +239,10 @@ class Agent:
             self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
 
     def _shut_down(self) -> int:
-        """The instance goes: its warm pool cache with it (SPEC §5.5), and its sandbox's
-        network and cgroup once nothing of it runs."""
+        """The instance goes: its warm pool cache with it (SPEC §5.5), its sandbox's
+        network and cgroup once nothing of it runs, and every file of its own but what
+        the API still reads (state, logs, metrics, the spec): its tree (the model,
+        output and checkpoints are uploaded, the inputs are copies), venv and home."""
         if self._zygote is not None:
             self._zygote.discard()
             self._zygote = None
@@ -251,6 +253,7 @@ class Agent:
         if self.confinement is not None:
             self.confinement.close()
             self.confinement = None
+        self.layout.remove_instance_files()
         return 0
 
     def _previous_state(self) -> dict[str, Any] | None:
@@ -270,7 +273,7 @@ class Agent:
     def _run(self) -> int:
         try:
             spec = JobSpec.from_json(self.layout.job_file.read_text())
-            store = s3_from_config(spec.s3)
+            store = s3_from_config(spec.s3, spec.account_id)
         except (OSError, ValueError, TypeError, S3Error) as exc:
             return self._finish(
                 "failed", failure_reason=f"InternalServerError: unusable job.json: {exc}"

@@ -186,6 +186,14 @@ class Layout:
                 continue
             _remove(entry)
 
+    def remove_instance_files(self) -> None:
+        """An ended instance's own files, all but its runs' state, logs and specs (rmtree
+        works by descriptor: a link the job left is removed as a link)."""
+        for path in (self.root / "opt", self.venv, self.root / "sandbox", self.root / "tmp"):
+            _remove(path)
+        for path in (self.venv_marker, self.next_file, self.wake_fifo):
+            path.unlink(missing_ok=True)
+
     def make_dirs(self, spec: JobSpec) -> None:
         for path in (
             self.config_dir,

@@ -108,6 +108,12 @@ class Backend(Protocol):
         """Ask the instance to stop its job (SIGTERM, grace, SIGKILL)."""
         ...
 
+    def purge(self, job_key: str) -> bool:
+        """Remove everything `job_key`'s instances left (a deleted job's), but what an
+        instance still running keeps (a warm pool handed on lives in its home); True
+        once nothing of it is left. Safe to repeat."""
+        ...
+
     def alive(self, handle: str) -> bool:
         """Whether the instance's agent is still running."""
         ...

@@ -12,6 +12,8 @@ import glob
 import json
 import os
 import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,20 @@ class InstanceFiles:
         state = Layout(self._root(job_key, host)).state_file
         if state.exists():
             os.replace(state, state.with_name("state.json.previous"))
+
+    def remove(self, job_key: str, held: Callable[[Path], bool] = lambda _root: False) -> bool:
+        """Delete everything of `job_key`'s instances, unless one of them is `held` (an
+        agent still runs there, and so may use what its instances share: their network);
+        True once nothing is left. By descriptor: a link the job left goes as a link."""
+        top = self.root / job_key
+        if top.is_symlink():
+            top.unlink()
+        if not top.is_dir():
+            return True
+        if any([held(entry) for entry in top.iterdir()]):
+            return False
+        shutil.rmtree(top, ignore_errors=True)
+        return not top.exists()
 
     def state(self, job_key: str, host: str) -> dict[str, Any] | None:
         """The state the instance last reported, None if it left none here."""

@@ -93,6 +93,22 @@ def _is_agent(pid: int) -> bool:
         return False
 
 
+def _agent_holds(root: Path) -> bool:
+    """Whether an agent runs in the instance root: it holds `agent.lock` while it lives
+    (`Agent._hold_instance`), and the kernel lets go of it when the agent exits."""
+    try:
+        fd = os.open(root / "agent.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def _wake(home: Path) -> None:
     """One byte on the idle agent's FIFO; nobody listening is fine (it also polls)."""
     try:
@@ -283,6 +299,15 @@ class LocalBackend(InstanceFiles):
 
     def stop(self, handle: str) -> None:
         (Path(handle) / "stop").touch()
+
+    def purge(self, job_key: str) -> bool:
+        def held(root: Path) -> bool:
+            if _agent_holds(root):
+                return True
+            remove_for(root)  # a cgroup an agent killed outright left behind
+            return False
+
+        return self.remove(job_key, held)
 
     def alive(self, handle: str) -> bool:
         child = self._children.get(handle)

@@ -412,6 +412,13 @@ class RayBackend:
             except self._ray.exceptions.RayError:
                 pass
 
+    def purge(self, job_key: str) -> bool:
+        """The shipped files of a job none of whose actors is left. (What its agents
+        left on their nodes - the tree is removed as an instance ends - stays there.)"""
+        if any(key == job_key for key, _, _ in self._job_actors(job_key, aliases=False)):
+            return False
+        return self._shipped.remove(job_key)
+
     def alive(self, handle: str) -> bool:
         name, job_key, host = self._split(handle)
         actor = self._actor(name)

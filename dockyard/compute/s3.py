@@ -11,10 +11,18 @@ job's FailureReason.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
-import tempfile
+import stat
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
+
+from dockyard.s3.bucket_marks import marked_owner
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW
 
 
 class S3Error(Exception):
@@ -71,92 +79,197 @@ class LocalS3:
 
     Like S3, a bucket must exist (as a directory) before anything is written to it, so a
     job pointed at a missing bucket fails here as it would against the real service.
+
+    With `owners` and `account_id` (an instance agent's store: every job's), a bucket
+    is used only if the server marked the directory opened as the account's
+    (`dockyard.s3.bucket_marks`), whichever way its name reached the agent (a request,
+    a manifest's prefix); everything after that goes by descriptor from that very
+    directory, one component at a time, never through a link.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(
+        self, root: str | Path, owners: str | Path | None = None, account_id: str | None = None
+    ) -> None:
         self.root = Path(root).resolve()
+        self.owners = Path(owners) if owners is not None else None
+        self.account_id = account_id
+        self._root: int | None = None  # the store's directory, opened once
 
     def _bucket_dir(self, bucket: str) -> Path:
         if bucket in (".", "..") or "/" in bucket or "\\" in bucket:
             raise S3Error("InvalidBucketName", f'"{bucket}" is not a valid bucket name')
         return self.root / bucket
 
-    def _path(self, uri: str) -> Path:
+    def _key_parts(self, uri: str) -> tuple[str, list[str]]:
         bucket, key = parse_s3_uri(uri)
-        base = self._bucket_dir(bucket)
+        self._bucket_dir(bucket)
         parts = key.split("/")
         # A key is a flat name in S3, but here it becomes a path: refuse anything that
         # could leave the bucket directory or name the directory itself.
         if not key or key.endswith("/") or any(p in ("", ".", "..") for p in parts):
             raise S3Error("InvalidKey", f'"{uri}" cannot be stored by the local S3 store')
-        return base.joinpath(*parts)
+        return bucket, parts
 
-    def _require_bucket(self, bucket: str) -> Path:
-        base = self._bucket_dir(bucket)
-        if not base.is_dir():
-            raise S3Error("NoSuchBucket", f'The bucket "{bucket}" does not exist')
-        return base
+    def _open_bucket(self, bucket: str) -> int:
+        """A descriptor of the bucket's directory, once it is known to be usable."""
+        self._bucket_dir(bucket)
+        try:
+            fd = os.open(bucket, _DIR_FLAGS, dir_fd=self._root_fd())
+        except OSError:
+            raise S3Error("NoSuchBucket", f'The bucket "{bucket}" does not exist') from None
+        if self.owners is not None and marked_owner(self.owners, bucket, fd) != self.account_id:
+            os.close(fd)
+            raise S3Error(
+                "AccessDenied",
+                f'Access to the bucket "{bucket}" is denied (AccessDenied): it is not a '
+                "bucket of the job's account",
+            )
+        return fd
+
+    def _root_fd(self) -> int:
+        if self._root is None:
+            try:
+                self._root = os.open(self.root, _DIR_FLAGS)
+            except OSError:
+                raise S3Error("NoSuchBucket", f"There is no S3 store at {self.root}") from None
+        return self._root
+
+    def _walk_to(self, bucket_fd: int, parts: list[str], *, make: bool = False) -> int | None:
+        """A descriptor of the directory `parts` below the bucket; None if it is not
+        there (or is not a real directory)."""
+        fd = os.dup(bucket_fd)
+        try:
+            for part in parts:
+                if make:
+                    try:
+                        os.mkdir(part, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                try:
+                    inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    if make:
+                        raise
+                    os.close(fd)
+                    return None
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_object(self, uri: str) -> int:
+        bucket, parts = self._key_parts(uri)
+        bucket_fd = self._open_bucket(bucket)
+        try:
+            directory = self._walk_to(bucket_fd, parts[:-1])
+        finally:
+            os.close(bucket_fd)
+        if directory is not None:
+            try:
+                fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=directory)
+            except OSError:
+                fd = None
+            finally:
+                os.close(directory)
+            if fd is not None:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    return fd
+                os.close(fd)
+        raise S3Error("NoSuchKey", f'The object "{uri}" does not exist')
 
     def list(self, prefix_uri: str) -> list[str]:
         bucket, prefix = parse_s3_uri(prefix_uri)
-        base = self._require_bucket(bucket)
-        # S3 prefixes are plain string prefixes, not directories ("data/tr" matches
-        # "data/train/x"), so walk from the deepest directory the prefix names fully.
-        start = base.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else base
-        if ".." in prefix.split("/") or not start.is_dir():
+        bucket_fd = self._open_bucket(bucket)
+        try:
+            # S3 prefixes are plain string prefixes, not directories ("data/tr" matches
+            # "data/train/x"), so walk from the deepest directory the prefix names fully.
+            above = prefix.split("/")[:-1]
+            if ".." in above or "." in above or "" in above:
+                return []
+            start = self._walk_to(bucket_fd, above)
+        finally:
+            os.close(bucket_fd)
+        if start is None:
             return []
         found = []
-        for dirpath, _dirs, files in os.walk(start):
-            for name in files:
-                if name.startswith(".upload-"):
-                    continue  # another writer's object, not yet in place
-                key = (Path(dirpath) / name).relative_to(base).as_posix()
-                if key.startswith(prefix):
-                    found.append(join_uri(bucket, key))
+        base = "/".join(above)
+        try:
+            for dirpath, _dirs, files, dir_fd in os.fwalk(".", dir_fd=start):
+                for name in files:
+                    if name.startswith(".upload-"):
+                        continue  # another writer's object, not yet in place
+                    try:
+                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(info.st_mode):
+                        continue
+                    inner = posixpath.normpath(posixpath.join(dirpath, name))
+                    key = f"{base}/{inner}" if base else inner
+                    if key.startswith(prefix):
+                        found.append(join_uri(bucket, key))
+        finally:
+            os.close(start)
         return sorted(found)
 
     def download(self, uri: str, path: Path) -> None:
-        source = self._path(uri)
-        if not source.is_file():
-            raise S3Error("NoSuchKey", f'The object "{uri}" does not exist')
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, path)
+        fd = self._open_object(uri)
+        with os.fdopen(fd, "rb") as source:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as target:
+                shutil.copyfileobj(source, target, 1024 * 1024)
 
     def upload(self, path: Path, uri: str) -> None:
-        self._write(uri, lambda tmp: shutil.copyfile(path, tmp))
+        with open(path, "rb") as source:
+            self._write(uri, lambda target: shutil.copyfileobj(source, target, 1024 * 1024))
 
     def exists(self, uri: str) -> bool:
         try:
-            return self._path(uri).is_file()
-        except S3Error:
-            return False
+            os.close(self._open_object(uri))
+        except S3Error as exc:
+            if exc.code == "NoSuchKey":
+                return False
+            raise
+        return True
 
     def read_bytes(self, uri: str) -> bytes:
-        source = self._path(uri)
-        if not source.is_file():
-            raise S3Error("NoSuchKey", f'The object "{uri}" does not exist')
-        return source.read_bytes()
+        with os.fdopen(self._open_object(uri), "rb") as source:
+            return source.read()
 
     def write_bytes(self, uri: str, data: bytes) -> None:
-        self._write(uri, lambda tmp: Path(tmp).write_bytes(data))
+        self._write(uri, lambda target: target.write(data))
 
     def _write(self, uri: str, fill: Any) -> None:
-        bucket, _ = parse_s3_uri(uri)
-        self._require_bucket(bucket)
-        target = self._path(uri)
+        bucket, parts = self._key_parts(uri)
+        bucket_fd = self._open_bucket(bucket)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Readers (other instances, the control plane) must never see half an object.
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
-            os.close(fd)
-            try:
-                fill(tmp)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            directory = self._walk_to(bucket_fd, parts[:-1], make=True)
         except OSError as exc:
             raise S3Error("InternalError", f'Could not write "{uri}": {exc}') from exc
+        finally:
+            os.close(bucket_fd)
+        assert directory is not None
+        # Readers (other instances, the control plane) must never see half an object.
+        partial = f".upload-{uuid.uuid4().hex}"
+        try:
+            fd = os.open(
+                partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=directory
+            )
+            try:
+                with os.fdopen(fd, "wb") as target:
+                    fill(target)
+                os.replace(partial, parts[-1], src_dir_fd=directory, dst_dir_fd=directory)
+            finally:
+                try:
+                    os.unlink(partial, dir_fd=directory)
+                except FileNotFoundError:
+                    pass
+        except OSError as exc:
+            raise S3Error("InternalError", f'Could not write "{uri}": {exc}') from exc
+        finally:
+            os.close(directory)
 
 
 class BotoS3:
@@ -237,10 +350,11 @@ class BotoS3:
         self._call(uri, "write", self._client.put_object, Bucket=bucket, Key=key, Body=data)
 
 
-def s3_from_config(config: dict[str, Any]) -> S3Store:
-    """`{"root": DIR}` for LocalS3, or `{"endpoint_url": ..., credentials, "region"}`."""
+def s3_from_config(config: dict[str, Any], account_id: str | None = None) -> S3Store:
+    """`{"root": DIR, "owners": DIR}` for LocalS3 (buckets of `account_id`'s only, when
+    `owners` names the store's marks), or `{"endpoint_url": ..., credentials, "region"}`."""
     if config.get("root"):
-        return LocalS3(config["root"])
+        return LocalS3(config["root"], config.get("owners"), account_id)
     if "endpoint_url" in config or "access_key_id" in config:
         return BotoS3(
             config.get("endpoint_url"),

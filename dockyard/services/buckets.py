@@ -5,6 +5,10 @@ every other account is refused it (AccessDenied) and does not see it in a listin
 A bucket directory nobody created through the API (one an operator made with `mkdir`
 under `<data-dir>/s3`, or the `dockyard-jobs` bucket of a new server) belongs to the
 development account, the operator's own.
+
+What the database says is also marked beside the store (`dockyard.s3.bucket_marks`)
+for the instance agents, which have no database: a bucket's mark is written once its
+owner is known and removed before it is deleted.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dockyard.domain.job_paths import s3_locations
+from dockyard.s3 import bucket_marks
 from dockyard.services.errors import ValidationException
 from dockyard.store.tables import Bucket
 
@@ -36,6 +41,9 @@ def owner(session: Session, name: str, store: BucketStore) -> str | None:
     if found is not None:
         return str(found)
     if name not in ("", ".", "..") and "/" not in name and (store.root / name).is_dir():
+        # A directory made by hand: the agents learn whose it is the first time it is
+        # looked up.
+        bucket_marks.mark(store.root, name, store.default_owner)
         return store.default_owner
     return None
 
@@ -50,7 +58,8 @@ def owned(session: Session, account_id: str, store: BucketStore) -> set[str]:
 
 
 def claim(session: Session, name: str, account_id: str, now: datetime) -> bool:
-    """Record the account as the bucket's owner; False if another account was first."""
+    """Record the account as the bucket's owner; False if another account was first.
+    (`mark` it once this is committed.)"""
     try:
         with session.begin_nested():
             session.add(Bucket(name=name, account_id=account_id, created_at=now))
@@ -59,8 +68,29 @@ def claim(session: Session, name: str, account_id: str, now: datetime) -> bool:
     return True
 
 
+def mark(store: BucketStore, name: str, account_id: str) -> None:
+    """Once the bucket's owner is committed: the agents may use it for that account."""
+    bucket_marks.mark(store.root, name, account_id)
+
+
+def unmark(store: BucketStore, name: str) -> None:
+    """Before a bucket is deleted: no agent uses it from now on."""
+    bucket_marks.unmark(store.root, name)
+
+
 def forget(session: Session, name: str) -> None:
     session.execute(delete(Bucket).where(Bucket.name == name))
+
+
+def mark_all(session: Session, store: BucketStore) -> None:
+    """Every bucket directory's mark, as the database says (at the server's start: the
+    marks of a data dir from before they existed, or left by a crash)."""
+    if not store.root.is_dir():
+        return
+    recorded = {str(n): str(a) for n, a in session.execute(select(Bucket.name, Bucket.account_id))}
+    for path in store.root.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            bucket_marks.mark(store.root, path.name, recorded.get(path.name, store.default_owner))
 
 
 def check_job_buckets(

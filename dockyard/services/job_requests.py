@@ -27,7 +27,7 @@ from dockyard.services.errors import (
 )
 from dockyard.services.job_status import set_status, transition
 from dockyard.store.scoped import owned
-from dockyard.store.tables import CapacityPool, TrainingJob, WarmPool
+from dockyard.store.tables import CapacityPool, InstancePurge, TrainingJob, WarmPool
 
 # Request members kept on the job and shown again by DescribeTrainingJob.
 KEPT = (
@@ -239,7 +239,9 @@ def stop(
     return {}
 
 
-def delete(session: Session, account_id: str, region: str, name: str) -> dict[str, Any]:
+def delete(
+    session: Session, now: datetime, account_id: str, region: str, name: str
+) -> dict[str, Any]:
     """Forget a finished job (its name may be used again); running ones are refused."""
     job = _find(session, account_id, region, name)
     if JobStatus(job.status) not in rules.TERMINAL:
@@ -249,5 +251,10 @@ def delete(session: Session, account_id: str, region: str, name: str) -> dict[st
         )
     if job.warm_pool_status == "Available":
         raise ResourceInUse(f"The training job {name} retains an Available warm pool")
+    # Everything of it goes: its instances' files too, once no agent of theirs runs (a
+    # warm pool it handed on may still live in its instances' home).
+    key = rules.instance_key(job.account_id, job.region, job.name, job.uid)
+    if session.get(InstancePurge, key) is None:
+        session.add(InstancePurge(job_key=key, requested_at=now))
     session.delete(job)
     return {}

@@ -406,3 +406,13 @@ class ClusterNode(Base):
     launch_time: Mapped[datetime]
     # Set when the node is to go (deleted, its block's cutoff, its cluster deleted).
     shutdown_requested: Mapped[bool] = mapped_column(default=False)
+
+
+class InstancePurge(Base):
+    """A deleted job's instances, whose files are to go (DeleteTrainingJob records it,
+    the purges reconciler removes them once no agent of theirs runs)."""
+
+    __tablename__ = "instance_purges"
+
+    job_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    requested_at: Mapped[datetime]

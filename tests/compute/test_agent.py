@@ -201,6 +201,10 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as f:
 os.makedirs(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "eval"))
 with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "eval", "metrics.txt"), "w") as f:
     f.write("acc=1")
+config = os.environ["SM_INPUT_CONFIG_DIR"]
+seen = {n: json.load(open(os.path.join(config, n))) for n in os.listdir(config)}
+print("config", json.dumps(seen))
+print("util", os.path.exists("lib/util.py"))
 """
 
 
@@ -253,9 +257,10 @@ def test_script_mode_job_completes_and_uploads(instance: Instance) -> None:
         "eval/metrics.txt": b"acc=1"
     }
 
-    config = opt_ml / "input" / "config"
-    assert json.loads((config / "hyperparameters.json").read_text()) == hps
-    assert json.loads((config / "resourceconfig.json").read_text()) == {
+    # What the job saw of its config (its tree is gone once the instance ended).
+    config = json.loads(next(line for line in lines if line.startswith("config "))[7:])
+    assert config["hyperparameters.json"] == hps
+    assert config["resourceconfig.json"] == {
         "current_host": "algo-1",
         "hosts": ["algo-1", "algo-2"],
         "current_group_name": "homogeneousCluster",
@@ -269,7 +274,7 @@ def test_script_mode_job_completes_and_uploads(instance: Instance) -> None:
         ],
         "network_interface_name": "lo",
     }
-    assert json.loads((config / "inputdataconfig.json").read_text()) == {
+    assert config["inputdataconfig.json"] == {
         "train": {
             "ContentType": "text/csv",
             "TrainingInputMode": "File",
@@ -283,7 +288,10 @@ def test_script_mode_job_completes_and_uploads(instance: Instance) -> None:
             "RecordWrapperType": "None",
         },
     }
-    assert (opt_ml / "code" / "lib" / "util.py").exists()
+    assert "util True" in lines
+    # Uploaded, the tree is gone; what the API reads stays.
+    assert not opt_ml.exists() and not (instance.root / "venv").exists()
+    assert (instance.root / "state.json").exists() and instance.lines()
     assert int((instance.root / "agent.pid").read_text()) == instance.agent.pid  # type: ignore[union-attr]
 
 

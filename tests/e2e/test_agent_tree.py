@@ -13,12 +13,14 @@ import io
 import json
 import tarfile
 import textwrap
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.e2e.test_sandbox import SERVER_SECRET, finish, job, model, output, secrets_of, why
-from tests.harness import UID, DockyardServer
+from tests.harness import UID, WAIT_FOR_GATE, DockyardServer, instance_root, open_gate
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +235,165 @@ def test_a_plain_source_archive_with_links_inside_still_runs(box: DockyardServer
     done = finish(client, "linked-archive")
     assert done["TrainingJobStatus"] == "Completed", why(done)
     assert model(box, "linked-archive")["v"] == b"linkedlinked"
+
+
+# -- the agent's S3: the job's account's buckets only ------------------------------------
+
+
+COPY_CHANNEL = """
+    import os, shutil
+    source = "/opt/ml/input/data/train"
+    for name in os.listdir(source):
+        shutil.copy(os.path.join(source, name), os.environ["SM_MODEL_DIR"])
+"""
+
+
+def test_a_manifest_cannot_stage_another_accounts_objects(box: DockyardServer) -> None:
+    """The agent reads every object a manifest lists: its prefix may name any bucket,
+    which the request's check never saw."""
+    victim = box.client("s3")
+    box.own_bucket("victim-store")
+    victim.put_object(Bucket="victim-store", Key="secret.txt", Body=b"the victim's secret")
+    _, attacker = box.new_account("manifest-attacker")
+    box.own_bucket("attacker-store", key=attacker)
+    manifest = json.dumps([{"prefix": "s3://victim-store/"}, "secret.txt"]).encode()
+    box.client("s3", key=attacker).put_object(Bucket="attacker-store", Key="m.json", Body=manifest)
+    channel = {
+        "ChannelName": "train",
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "ManifestFile", "S3Uri": "s3://attacker-store/m.json"}
+        },
+    }
+    client = box.client(key=attacker)
+    request = job(box, "manifest-thief", COPY_CHANNEL, bucket="attacker-store")
+    client.create_training_job(**request, InputDataConfig=[channel])
+    done = finish(client, "manifest-thief")
+    assert done["TrainingJobStatus"] == "Failed", why(done)
+    assert "AccessDenied" in done["FailureReason"] and "victim-store" in done["FailureReason"]
+    staged = (box.data_dir / "instances").glob(f"*-manifest-thief-{UID}/algo-1/opt/ml/input")
+    assert not any(path.is_file() for root in staged for path in root.rglob("secret.txt"))
+
+
+def test_a_bucket_made_by_another_account_while_the_job_ran_gets_nothing(
+    box: DockyardServer,
+) -> None:
+    """Checked when the job was created (nobody's then), the output bucket is another
+    account's by the time the agent uploads: the upload is refused."""
+    _, attacker = box.new_account("late-attacker")
+    box.own_bucket("late-code", key=attacker)
+    client = box.client(key=attacker)
+    request = job(box, "late-upload", WAIT_FOR_GATE, bucket="late-code")
+    request["OutputDataConfig"] = {"S3OutputPath": "s3://late-bucket/out"}
+    client.create_training_job(**request)
+    instance_root(box, "late-upload")
+    box.own_bucket("late-bucket")  # the development account's, from now on
+    open_gate(box, "late-upload")
+    done = finish(client, "late-upload")
+    assert done["TrainingJobStatus"] == "Failed", why(done)
+    assert "AccessDenied" in done["FailureReason"] and "late-bucket" in done["FailureReason"]
+    assert not box.client("s3").list_objects_v2(Bucket="late-bucket").get("Contents")
+
+
+def test_a_job_still_reads_and_writes_its_own_accounts_buckets(box: DockyardServer) -> None:
+    _, owner = box.new_account("manifest-owner")
+    box.own_bucket("owner-data", key=owner)
+    box.own_bucket("owner-more", key=owner)
+    s3 = box.client("s3", key=owner)
+    s3.put_object(Bucket="owner-more", Key="part/x.txt", Body=b"mine")
+    manifest = json.dumps([{"prefix": "s3://owner-more/part/"}, "x.txt"]).encode()
+    s3.put_object(Bucket="owner-data", Key="m.json", Body=manifest)
+    channel = {
+        "ChannelName": "train",
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "ManifestFile", "S3Uri": "s3://owner-data/m.json"}
+        },
+    }
+    client = box.client(key=owner)
+    request = job(box, "manifest-own", COPY_CHANNEL, bucket="owner-data")
+    client.create_training_job(**request, InputDataConfig=[channel])
+    done = finish(client, "manifest-own")
+    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert model(box, "manifest-own", bucket="owner-data")["x.txt"] == b"mine"
+
+
+# -- what is left of a job ---------------------------------------------------------------
+
+BIG_TREE = """
+    import os
+    for directory in ("SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR"):
+        with open(os.path.join(os.environ[directory], "big.bin"), "wb") as handle:
+            handle.write(os.urandom(4 * 1024 * 1024))
+    print("wrote", flush=True)
+"""
+# What an ended instance keeps: what the API reads (state, log, metrics, its spec) and
+# the agent's own small files.
+KEPT = {"job.json", "state.json", "logs", "agent.pid", "agent.lock", "attempt", "agent.log"}
+
+
+def _left(server: DockyardServer, name: str) -> set[str]:
+    return {
+        path.name
+        for root in (server.data_dir / "instances").glob(f"*-{name}-{UID}/algo-*")
+        for path in root.iterdir()
+    }
+
+
+def test_an_ended_job_keeps_its_logs_and_state_only_and_a_deleted_one_nothing(
+    box: DockyardServer,
+) -> None:
+    client = box.client()
+    client.create_training_job(**job(box, "leftovers", BIG_TREE))
+    done = finish(client, "leftovers")
+    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert len(model(box, "leftovers")["big.bin"]) == 4 * 1024 * 1024
+    deadline = time.monotonic() + 60
+    while not _left(box, "leftovers") <= KEPT:  # the agent removes the rest as it exits
+        assert time.monotonic() < deadline, _left(box, "leftovers")
+        time.sleep(0.1)
+    assert "wrote" in output(box, "leftovers")
+    logs = box.client("logs")
+    group = "/aws/sagemaker/TrainingJobs"
+    streams = logs.describe_log_streams(logGroupName=group, logStreamNamePrefix="leftovers/")
+    stream = streams["logStreams"][0]["logStreamName"]
+    events = logs.get_log_events(logGroupName=group, logStreamName=stream, startFromHead=True)
+    assert [e["message"] for e in events["events"]] == ["wrote"]
+    client.delete_training_job(TrainingJobName="leftovers")
+    deadline = time.monotonic() + 60
+    while list((box.data_dir / "instances").glob(f"*-leftovers-{UID}")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_deleted_jobs_pool_home_goes_once_the_pool_it_handed_on_ends(
+    box: DockyardServer,
+) -> None:
+    client = box.client()
+    keep = {"ResourceConfig": {"KeepAlivePeriodInSeconds": 600}}
+    for name in ("pool-first", "pool-second"):
+        client.create_training_job(**job(box, name, BIG_TREE, **keep))
+        assert finish(client, name)["TrainingJobStatus"] == "Completed"
+        _wait_pool(client, name, "Available")
+    first = client.describe_training_job(TrainingJobName="pool-first")["WarmPoolStatus"]
+    assert first["Status"] == "Reused"
+    home = next((box.data_dir / "instances").glob(f"*-pool-first-{UID}"))
+    # The first job goes; its instances' home is where the second job's pool lives.
+    client.delete_training_job(TrainingJobName="pool-first")
+    client.describe_training_job(TrainingJobName="pool-second")  # a pass has run since
+    assert (home / "algo-1" / "agent.lock").exists()
+    # A kept pool keeps only its cache of the tree: the second job's model is gone.
+    tree = home / "algo-1" / "opt" / "ml"
+    assert not any(tree.rglob("big.bin"))
+    client.update_training_job(
+        TrainingJobName="pool-second", ResourceConfig={"KeepAlivePeriodInSeconds": 0}
+    )
+    deadline = time.monotonic() + 60
+    while home.exists():
+        assert time.monotonic() < deadline, list(home.rglob("*"))[:20]
+        time.sleep(0.1)
+
+
+def _wait_pool(client: Any, name: str, status: str) -> None:
+    deadline = time.monotonic() + 60
+    while client.describe_training_job(TrainingJobName=name)["WarmPoolStatus"]["Status"] != status:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

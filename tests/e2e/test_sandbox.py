@@ -305,12 +305,12 @@ def test_another_accounts_job_and_files_are_out_of_reach(box: DockyardServer) ->
     assert all(got[f"kill {pid}"] == "denied: ProcessLookupError" for pid in victim_pids)
     # The victim ran on untouched, and the server still answers.
     assert _pids_in_sandbox_of(home) == victim_pids
+    victim_uid = os.stat(home / "opt" / "ml" / "model" / "weights.bin").st_uid
     open_gate(box, "victim")
     done = finish(victim, "victim")
     assert done["TrainingJobStatus"] == "Completed", why(done)
     assert model(box, "victim")["weights.bin"] == b"the victim's weights"
     # Each account's instances run as a user of their own.
-    victim_uid = os.stat(home / "opt" / "ml" / "model" / "weights.bin").st_uid
     assert attacker_uid != victim_uid and attacker_uid >= 2_100_000_000
 
 
@@ -593,7 +593,7 @@ def test_the_data_dir_is_the_servers_alone(box: DockyardServer) -> None:
         box.data_dir / "master.key",
         instance / "job.json",
         instance / "logs" / "output.jsonl",
-        instance / "opt" / "ml" / "input" / "config" / "hyperparameters.json",
+        instance / "state.json",
     ]
     for path in files:
         # Another local user (nobody) reads none of it.

@@ -82,7 +82,11 @@ def update_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str
 
 def delete_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.session() as session:
-        return job_requests.delete(session, ctx.account_id, ctx.region, params["TrainingJobName"])
+        answer = job_requests.delete(
+            session, ctx.clock.now(), ctx.account_id, ctx.region, params["TrainingJobName"]
+        )
+    ctx.state.control.nudge()  # its files go (the purges reconciler)
+    return answer
 
 
 HANDLERS: dict[str, Handler] = {

@@ -17,6 +17,7 @@ from dockyard.domain import jobs as rules
 from dockyard.domain.clusters import ON_CREATE_SECONDS
 from dockyard.domain.placement import Placement
 from dockyard.domain.warm_pools import keep_alive_seconds
+from dockyard.s3.bucket_marks import owners_dir
 from dockyard.services.accounts import Credentials
 from dockyard.store.tables import Cluster, ClusterNode, TrainingJob
 
@@ -64,7 +65,11 @@ class HostSpecs:
                 "region": settings.s3_region,
             }
             if settings.s3_endpoint_url
-            else {"root": str(self.data_dir / "s3")}
+            # Agents use only buckets the server marked as their job's account's.
+            else {
+                "root": str(self.data_dir / "s3"),
+                "owners": str(owners_dir(self.data_dir / "s3")),
+            }
         )
         # A cluster node reaches S3 through its agent's relay to this server's endpoint,
         # when S3 is dockyard's own (an outside service's keys are the operator's, never
