@@ -48,6 +48,7 @@ from typing import IO, Any
 
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute import wake
+from dockyard.compute.agent_charged import ChargedWorkKilled, charged
 from dockyard.compute.agent_data import ClientError, clean_tmp, stage_inputs, upload_outputs
 from dockyard.compute.agent_deps import install_requirements
 from dockyard.compute.agent_env import Layout, job_command, write_config
@@ -59,6 +60,7 @@ from dockyard.compute.agent_s3_relay import S3Relay, relay_environment
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_shell import NodeShells
 from dockyard.compute.agent_spec import JobSpec
+from dockyard.compute.agent_volume import VolumeWatch
 from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.instance_state import InstanceState
 from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
@@ -166,6 +168,8 @@ class Agent:
         # A cluster node's way to S3, while it is up.
         self._relay: S3Relay | None = None
         self._lock_fd: int | None = None
+        # The children doing the agent's work for the job (`agent_charged`), running.
+        self._children: set[int] = set()
 
     def _wake(self) -> None:
         # Known once the job's spec is read: every change after that wakes the server,
@@ -179,6 +183,9 @@ class Agent:
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled = True
+        for pid in list(self._children):  # the work in hand for the job stops too
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
     def stop_requested(self) -> bool:
         return self._signalled or self.layout.stop_file.exists()
@@ -294,9 +301,11 @@ class Agent:
         try:
             self.layout.make_dirs(spec)
             write_config(spec, self.layout)
-            stage_inputs(spec, self.layout, store, self._check_stop)
+            self._charged(
+                confinement, lambda: stage_inputs(spec, self.layout, store, self._check_stop)
+            )
             # From here the tree is the job's: the install already runs its code.
-            confinement.hand_over()
+            self._charged(confinement, confinement.hand_over)
             spec = install_requirements(spec, self.layout, confinement)
             self.spec = spec
             command = job_command(spec, self.layout)
@@ -426,10 +435,30 @@ class Agent:
         except (OSError, ConfinementError):
             self._zygote = None  # the next job starts cold
 
+    def _charged(self, confinement: Confinement, work: Callable[[], object]) -> None:
+        """The agent's own work for the job, in the job's cgroup (`agent_charged`)."""
+        spec = self.spec
+        try:
+            charged(confinement.cgroup, work, self._children)
+        except ChargedWorkKilled as exc:
+            if spec is not None and confinement.oom_kills() > 0:
+                raise ClientError(_out_of_memory(spec).removeprefix("ClientError: ")) from exc
+            if exc.signal_number == signal.SIGTERM:
+                raise StopRequested() from exc
+            raise
+
     def _upload(self, spec: JobSpec, store: S3Store, outcome: dict[str, Any]) -> int:
         self.state.update(phase="uploading", pid=None)
         try:
-            upload_outputs(spec, self.layout, store)
+            assert self.confinement is not None
+            self._charged(self.confinement, lambda: upload_outputs(spec, self.layout, store))
+        except StopRequested:
+            # The agent itself is being ended (SIGTERM) mid-upload.
+            outcome.update(
+                phase="failed",
+                failure_reason="InternalServerError: the upload of "
+                "the job's outputs was interrupted",
+            )
         except ClientError as exc:
             # A job that failed on its own keeps its own reason: that is what to fix first.
             if outcome["phase"] != "failed":
@@ -497,11 +526,14 @@ class Agent:
         )
         deadline = monotonic() + spec.max_runtime_seconds
         stop_reason: str | None = None
+        watch = VolumeWatch(spec, self.layout, confinement)
         while process.poll() is None:
             if self.stop_requested():
                 stop_reason = "stop"
             elif monotonic() >= deadline:
                 stop_reason = "max_runtime"
+            elif watch.over is not None:
+                stop_reason = "volume"
             if stop_reason is not None:
                 self._terminate(zygote, spec.stop_grace_seconds)
                 break
@@ -512,10 +544,13 @@ class Agent:
         # The job is over when its first process ends, as when a container's entrypoint
         # exits: whatever it left behind ends with it (and with its sandbox).
         code = _exit_code(zygote.end())
+        watch.stop()
         # Before anything of the tree is read: it is root's again, whatever another
         # instance of the job (the same user, still running) tries meanwhile.
-        confinement.take_back()
+        self._charged(confinement, confinement.take_back)
         reader.join(timeout=5)
+        if stop_reason == "volume":
+            return {"phase": "failed", "exit_code": code, "failure_reason": watch.over}
         if stop_reason is not None:
             return {"phase": "stopped", "exit_code": code, "stop_reason": stop_reason}
         if code == 0:

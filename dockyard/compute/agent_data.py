@@ -36,6 +36,11 @@ class ClientError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"ClientError: {message}")
+        self.message = message
+
+    def __reduce__(self) -> tuple[type[ClientError], tuple[str]]:
+        # Raised in the agent's charged child and carried back pickled (agent_charged).
+        return (ClientError, (self.message,))
 
 
 # Called between objects so that a Stop during a long download takes effect promptly.
@@ -201,9 +206,37 @@ def artifact_uri(spec: JobSpec, name: str) -> str:
     return f"{str(spec.output_path).rstrip('/')}/{spec.job_name}/output/{name}"
 
 
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.2f} GiB"
+
+
+def written_bytes(base: Path, directories: list[Path], *, apparent: bool = False) -> int:
+    """What the regular files under `directories` take: their sizes as `stat` says
+    (`apparent`: a sparse file counts all it claims to hold), else the larger of that
+    and the disk they really use."""
+    total = 0
+    for directory in directories:
+        for entry in regular_files(base, directory):
+            size = entry.info.st_size
+            total += size if apparent else max(size, entry.info.st_blocks * 512)
+    return total
+
+
 def upload_outputs(spec: JobSpec, layout: Layout, store: S3Store) -> None:
     """The model and output (first host only) and this host's checkpoints."""
+    # Packed and copied, a sparse file becomes what it claims to hold: what is uploaded
+    # is held to the instance's volume by the sizes its files claim.
     try:
+        outputs = [layout.checkpoint_dir(spec)] if spec.checkpoint_s3_uri else []
+        if spec.is_leader and spec.output_path:
+            outputs += [layout.model_dir, layout.output_data_dir]
+        size = written_bytes(layout.opt_ml, outputs, apparent=True)
+        if size > volume_bytes(spec):
+            raise ClientError(
+                f"The job's model, output and checkpoints hold {_gib(size)}, more than its "
+                f"volume (ResourceConfig.VolumeSizeInGB, {_gib(volume_bytes(spec))}): "
+                "nothing was uploaded"
+            )
         if spec.is_leader and spec.output_path:
             staging = layout.root / "tmp"
             for directory, name in (

@@ -15,10 +15,12 @@ import tarfile
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dockyard.compute.sandbox_limits import Cgroup
 from tests.e2e.test_sandbox import SERVER_SECRET, finish, job, model, output, secrets_of, why
 from tests.harness import UID, WAIT_FOR_GATE, DockyardServer, instance_root, open_gate
 
@@ -397,3 +399,70 @@ def _wait_pool(client: Any, name: str, status: str) -> None:
     while client.describe_training_job(TrainingJobName=name)["WarmPoolStatus"]["Status"] != status:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+# -- what a job writes: held to its volume, and the agent's work for it charged to it ----
+
+SPARSE = """
+    import os, time
+    with open(os.path.join(os.environ["{directory}"], "sparse.bin"), "wb") as handle:
+        handle.truncate(2 * 1024**3)  # 2 GiB that take no disk
+    print("written", flush=True)
+    time.sleep({sleep})
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "directory", "sleep", "reason"),
+    [
+        # Ends at once: the outputs' sizes are checked before anything is packed.
+        ("sparse-model", "SM_MODEL_DIR", 0, "more than its volume"),
+        # Runs on: what it wrote is measured while it runs.
+        ("sparse-home", "HOME", 300, "more than its volume holds"),
+    ],
+)
+def test_what_a_job_writes_is_held_to_its_volume(
+    box: DockyardServer, name: str, directory: str, sleep: int, reason: str
+) -> None:
+    client = box.client()
+    code = SPARSE.format(directory=directory, sleep=sleep)
+    client.create_training_job(**job(box, name, code, ResourceConfig={"VolumeSizeInGB": 1}))
+    done = finish(client, name)
+    assert done["TrainingJobStatus"] == "Failed", why(done)
+    assert reason in done["FailureReason"] and "VolumeSizeInGB" in done["FailureReason"]
+    if directory == "SM_MODEL_DIR":  # 2 GiB of zeros were never packed nor copied
+        assert not (box.data_dir / "s3" / "results" / "out" / name).exists()
+
+
+def test_the_agents_packing_runs_in_the_jobs_cgroup(box: DockyardServer) -> None:
+    """Compressing a job's model costs what the job left: it is the job's to pay for."""
+    code = """
+        import os
+        with open(os.path.join(os.environ["SM_MODEL_DIR"], "noise.bin"), "wb") as handle:
+            handle.write(os.urandom(160 * 1024 * 1024))  # gzip takes its time over it
+    """
+    client = box.client()
+    client.create_training_job(**job(box, "charged", code))
+    root = instance_root(box, "charged")
+    found = Cgroup.of(root)
+    assert found is not None
+    procs = [directory / "cgroup.procs" for directory in found[0].dirs]
+    seen: set[str] = set()
+    deadline = time.monotonic() + 120
+    while not any("dockyard.compute.agent" in command for command in seen):
+        status = client.describe_training_job(TrainingJobName="charged")["TrainingJobStatus"]
+        assert status == "InProgress" and time.monotonic() < deadline, (status, seen)
+        for path in procs:
+            try:
+                pids = path.read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    seen.add(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
+                except OSError:
+                    continue
+        time.sleep(0.05)
+    done = finish(client, "charged")
+    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert len(model(box, "charged")["noise.bin"]) == 160 * 1024 * 1024
