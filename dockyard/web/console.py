@@ -89,8 +89,9 @@ class Console(PlanPages, QuotaPages):
             return response
 
         # Login CSRF: another site's page posting its own key here would sign this
-        # browser in to the other site's account (SameSite keeps no cookie from being
-        # *set* by a top-level POST). Only the console's own page may sign in.
+        # browser in to the other site's account (SameSite stops a cookie being sent
+        # with another site's top-level POST, not being set by its answer). Only the
+        # console's own page may sign in.
         if not self._same_origin(request):
             return again(
                 403,
@@ -125,7 +126,7 @@ class Console(PlanPages, QuotaPages):
             secret = str(form.get("secret_access_key", ""))
             record = await run_in_threadpool(self.dispatcher.keys.get, named)
             if record is None:
-                record = await run_in_threadpool(self._disabled_key, named)
+                record = await run_in_threadpool(self._key_in_any_state, named)
                 if record is not None and _same_secret(secret, record.secret_access_key):
                     return again(
                         403,
@@ -148,8 +149,9 @@ class Console(PlanPages, QuotaPages):
         )
         return response
 
-    def _disabled_key(self, access_key_id: str) -> KeyRecord | None:
-        """The key if it exists but is disabled (Active keys come from the cache)."""
+    def _key_in_any_state(self, access_key_id: str) -> KeyRecord | None:
+        """The key if it exists at all (asked when the cache, which holds only Active
+        keys, has none: to tell a disabled key's owner so)."""
         with self.state.db.read() as connection:
             return accounts.lookup_key(
                 connection, self.state.box, access_key_id, active_only=False

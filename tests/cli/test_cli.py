@@ -16,6 +16,11 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
     serve_help = run_cli("serve", "--help", data_dir=tmp_path).stdout
     for flag in ("--host", "--port", "--data-dir", "--config", "--database-url", "--clock"):
         assert flag in serve_help
+    assert "--forwarded-allow-ips" in serve_help
+    bad = run_cli("serve", "--forwarded-allow-ips", "proxy.local", data_dir=tmp_path, check=False)
+    assert (
+        bad.returncode != 0 and "forwarded_allow_ips" in bad.stderr and "proxy.local" in bad.stderr
+    )
 
 
 def test_accounts_and_keys_without_a_server(tmp_path: Path) -> None:
