@@ -50,6 +50,11 @@ class Settings:
     # nodes, at ray_address; compute/ray_backend.py).
     backend: str = "local"
     ray_address: str = ""
+    # The reverse proxies (addresses or networks, comma-separated; "*" any) whose
+    # X-Forwarded-For and X-Forwarded-Proto are believed: who the client is, and whether
+    # it came over https (the console's cookie is then Secure). Empty: none, the headers
+    # are ignored and the client is whoever connected.
+    forwarded_allow_ips: str = ""
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -112,6 +117,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(f"backend must be local or ray (got {settings.backend!r})")
     if settings.backend == "ray" and not settings.ray_address:
         raise ConfigError("the ray backend needs the cluster's address: --ray-address HOST:PORT")
+    _check_proxies(settings.forwarded_allow_ips)
     try:
         from dockyard.domain.instance_types import catalogue
 
@@ -119,6 +125,26 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     return settings
+
+
+def trusted_proxies(value: str) -> list[str]:
+    """`forwarded_allow_ips` as a list (empty: trust no proxy's headers)."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _check_proxies(value: str) -> None:
+    import ipaddress
+
+    for item in trusted_proxies(value):
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError as exc:
+            raise ConfigError(
+                "forwarded_allow_ips must list IP addresses or networks (10.0.0.5, "
+                f'10.0.0.0/24), or be "*" (got {item!r})'
+            ) from exc
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ endpoint, what SSM's StartSession is on AWS; `dockyard clusters exec|shell` call
 
 Authenticated exactly as the JSON API: a SigV4 signature (service `sagemaker`) by one
 of dockyard's access keys, whose account is the only one whose clusters it finds, and
-whose policy, if it has one, must allow `ssm:StartSession` on the cluster's ARN.
+whose policy, if it has one, must allow `ssm:StartSession` on the cluster's ARN. Unlike
+the JSON API's, each signature is accepted once (`replays`): a replayed request would
+run its command again.
 
 Request (JSON): {"ClusterName", "NodeId", "Command": [argv], "Stdin": base64,
 "TimeoutSeconds", "WorkingDirectory"}. Answer: {"ExitCode", "Output": base64 of the
@@ -25,6 +27,8 @@ from dockyard.api import sigv4
 from dockyard.api.authorise import authorise
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
+from dockyard.api.replays import Replayed, SeenSignatures
+from dockyard.clock import wall_now
 from dockyard.compute.backend import Backend
 from dockyard.services import cluster_exec
 from dockyard.services.accounts import KeyRecord
@@ -60,6 +64,7 @@ class NodeCommands:
         self.state = state
         self.keys = keys
         self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
+        self.seen = SeenSignatures(self.max_skew)
 
     def handle(
         self,
@@ -117,7 +122,8 @@ class NodeCommands:
         headers: Sequence[tuple[str, str]],
         body: bytes,
     ) -> Caller:
-        """Who signed the request (SigV4, service `sagemaker`, one of dockyard's keys)."""
+        """Who signed the request (SigV4, service `sagemaker`, one of dockyard's keys),
+        whose signature is spent by it: the same request again is refused."""
         signed, key = self.keys.verify(
             method, raw_path, query_string, headers, body, self.max_skew
         )
@@ -127,6 +133,11 @@ class NodeCommands:
                 f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.",
                 403,
             )
+        _, signed_at = sigv4.request_time({name.lower(): value for name, value in headers})
+        try:
+            self.seen.use(signed.signature, signed_at, wall_now())
+        except Replayed as exc:
+            raise Refused(exc.code, exc.message, exc.status) from exc
         return Caller(key, signed.region)
 
     def backend(self) -> Backend:

@@ -3,8 +3,9 @@ on a cluster's node - what `aws ssm start-session` is on AWS (`dockyard clusters
 
 The upgrade request is authenticated as `POST /_dockyard/clusters/exec` is (it is the
 same code, `NodeCommands`): SigV4 (service `sagemaker`) over its method, path, query and
-headers with an empty body; the cluster is found in the key's account only, the key's
-policy must allow `ssm:StartSession` on the cluster's ARN, and the node must be Running.
+headers with an empty body, each signature accepted once (`replays`); the cluster is
+found in the key's account only, the key's policy must allow `ssm:StartSession` on the
+cluster's ARN, and the node must be Running.
 The query names the node: `ClusterName`, `NodeId`, and optionally the terminal's `Rows`,
 `Cols` and `Term`, and `LineEditing=false` for input that is not typed at a terminal
 (bash then reads whole lines, so the end of piped input ends it). A refused upgrade is
@@ -16,7 +17,9 @@ Then: binary messages are terminal bytes, both ways. The client's text messages 
 JSON: {"Rows": r, "Cols": c} (its window changed) or {"Eof": true} (its input ended: the
 terminal's EOF character is typed). When the shell exits the server sends
 {"ExitCode": n} and closes (1000); an error is {"__type", "message"}, then a close with
-4000 + its status. A client that goes away ends the shell (its sandbox is killed).
+4000 + its status. A client that goes away ends the shell (its sandbox is killed), and
+so does disabling or deleting the key that opened it (within KEY_CHECK_SECONDS: an
+UnrecognizedClientException, closed with 4403).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ DEFAULT_ROWS = 24
 DEFAULT_COLS = 80
 # Closing codes: 4000 + the HTTP status an error would have had.
 CLOSE_BASE = 4000
+# How often an open session checks that its key is still Active.
+KEY_CHECK_SECONDS = 2.0
 
 
 class Failure(Exception):
@@ -64,16 +69,18 @@ class NodeShells:
 
     def open(
         self, raw_path: str, query_string: str, headers: Sequence[tuple[str, str]]
-    ) -> tuple[socket.socket, dict[str, Any]]:
-        """The session's socket to the node's agent, and the terminal it asked for;
-        Failure (status, JSON error) if it may not have one. Blocks (a worker thread)."""
+    ) -> tuple[socket.socket, dict[str, Any], str]:
+        """The session's socket to the node's agent, the terminal it asked for and the
+        access key that signed it; Failure (status, JSON error) if it may not have one.
+        Blocks (a worker thread)."""
         try:
             caller = self.commands.authenticate("GET", raw_path, query_string, headers, b"")
             query = _query(query_string)
             terminal = _terminal(query)
             backend = self.commands.backend()
             target = self.commands.target(caller, query.get("ClusterName"), query.get("NodeId"))
-            return cluster_exec.open_shell(backend, target), terminal
+            sock = cluster_exec.open_shell(backend, target)
+            return sock, terminal, caller.key.access_key_id
         except sigv4.AuthError as exc:
             raise Failure(exc.status, _error(exc.code, exc.message)) from exc
         except (Refused, ServiceError) as exc:
@@ -88,7 +95,7 @@ class NodeShells:
         """One session, from the upgrade to the close; answers its outcome's code."""
         scope = websocket.scope
         try:
-            sock, terminal = await asyncio.get_running_loop().run_in_executor(
+            sock, terminal, key_id = await asyncio.get_running_loop().run_in_executor(
                 self.executor,
                 self.open,
                 scope.get("raw_path", b"/").decode("latin-1") or scope["path"],
@@ -110,9 +117,20 @@ class NodeShells:
             await writer.drain()
             from_client = asyncio.ensure_future(_client_to_node(websocket, writer))
             from_node = asyncio.ensure_future(_node_to_client(reader, websocket))
+            key_gone = asyncio.ensure_future(self._key_gone(key_id))
             done, _ = await asyncio.wait(
-                [from_client, from_node], return_when=asyncio.FIRST_COMPLETED
+                [from_client, from_node, key_gone], return_when=asyncio.FIRST_COMPLETED
             )
+            key_gone.cancel()
+            if key_gone in done and from_node not in done:
+                from_client.cancel()
+                from_node.cancel()
+                answer = _error(
+                    "UnrecognizedClientException",
+                    f"The access key {key_id} was disabled or deleted: the session ended.",
+                )
+                await _close(websocket, 403, answer)
+                return "UnrecognizedClientException"
             if from_node not in done:
                 from_client_result = from_client.result()
                 from_node.cancel()
@@ -133,6 +151,23 @@ class NodeShells:
             writer.close()  # the agent kills the shell if it still runs
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _key_gone(self, access_key_id: str) -> None:
+        """Return once the key that opened the session is disabled or deleted: a
+        revoked key keeps no shell (looked at every KEY_CHECK_SECONDS, from the key
+        cache, which sees a revocation at once)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(KEY_CHECK_SECONDS)
+            try:
+                found = await loop.run_in_executor(
+                    self.executor, self.commands.keys.get, access_key_id
+                )
+            except Exception:  # the database is away: the key is not known to be gone
+                log.warning("could not look up the key of an open shell", exc_info=True)
+                continue
+            if found is None:
+                return
 
 
 async def _client_to_node(websocket: WebSocket, writer: asyncio.StreamWriter) -> str | None:

@@ -105,7 +105,7 @@ def _protocol(headers: Sequence[tuple[str, str]]) -> tuple[str, bool]:
 class Dispatcher:
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self.keys = KeyCache(state.db, state.box)
+        self.keys = KeyCache(state.db, state.box, state.settings.data_dir)
         self.max_skew = timedelta(seconds=state.settings.max_clock_skew_seconds)
         # SQLite reads are page-cache lookups of a few microseconds and never wait on a
         # writer in WAL mode, so read-only operations run on the event loop: handing them

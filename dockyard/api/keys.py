@@ -1,7 +1,12 @@
 """A short-lived in-process cache of access keys, so verifying a request costs no query.
 
 Keys created by `dockyard keys create` (directly on the database) are found at once:
-only hits are cached, and a miss always asks the database.
+only hits are cached, and a miss always asks the database. Keys disabled or deleted
+(`dockyard keys disable|delete`, also on the database) stop working at once too: those
+commands append to the data dir's revocation file (`services.accounts`), and the cache
+looks at that file's size (one `stat`) before every hit; when it has changed, every
+cached key is forgotten and looked up again. Only a server on another data dir would
+keep a cached key for up to `TTL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from dockyard.api import sigv4
 from dockyard.clock import monotonic, wall_now
@@ -21,15 +27,28 @@ TTL_SECONDS = 30.0
 
 
 class KeyCache:
-    def __init__(self, db: Database, box: SecretBox) -> None:
+    def __init__(self, db: Database, box: SecretBox, data_dir: Path | None = None) -> None:
         self._db = db
         self._box = box
+        # Where `dockyard keys disable|delete` announce a change (None: nowhere to look,
+        # as in tests that build a cache of their own).
+        self._data_dir = data_dir
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, KeyRecord]] = {}
+        self._revocations = self._revocations_now()
+
+    def _revocations_now(self) -> tuple[int, int]:
+        return accounts.revocations_seen(self._data_dir) if self._data_dir else (0, 0)
 
     def get(self, access_key_id: str) -> KeyRecord | None:
+        """The Active key of that id, or None (unknown, disabled or deleted)."""
         now = monotonic()
+        # Read before the database: a revocation announced after this is seen next time.
+        revocations = self._revocations_now()
         with self._lock:
+            if revocations != self._revocations:
+                self._entries.clear()
+                self._revocations = revocations
             entry = self._entries.get(access_key_id)
         if entry is not None and now - entry[0] < TTL_SECONDS:
             return entry[1]
@@ -40,7 +59,7 @@ class KeyCache:
         with self._lock:
             if record is None:
                 self._entries.pop(access_key_id, None)
-            else:
+            elif self._revocations == revocations:
                 self._entries[access_key_id] = (now, record)
         return record
 

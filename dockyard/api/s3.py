@@ -110,7 +110,7 @@ class S3Front:
         self.state = state
         self.socket = socket
         self.store = store
-        self.keys = KeyCache(state.db, state.box)
+        self.keys = KeyCache(state.db, state.box, state.settings.data_dir)
         self._client: httpx.AsyncClient | None = None
 
     @property

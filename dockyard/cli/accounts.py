@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +20,9 @@ accounts_app = typer.Typer(
     help="Create and list accounts (works on the database; no server needed)."
 )
 keys_app = typer.Typer(
-    help="Create and list access keys (works on the database; no server needed)."
+    help="Create, list, disable, enable and delete access keys (works on the database; "
+    "no server needed, and a running server on the same data dir stops accepting a "
+    "disabled or deleted key at once)."
 )
 
 ConfigFile = Annotated[
@@ -128,12 +131,114 @@ def list_keys(
     _, db = _open(data_dir, config, database_url)
     with db.session() as session:
         account_id = account_service.find_account(session, account).id if account else None
-        table = Table("Access key", "Account", "Policy", "Created")
+        table = Table("Access key", "Account", "Status", "Policy", "Created")
         for row in account_service.list_access_keys(session, account_id):
             table.add_row(
                 row.access_key_id,
                 row.account_id,
+                row.status,
                 "yes" if row.policy else "-",
                 row.created_at.isoformat(timespec="seconds"),
             )
     console.print(table)
+
+
+KeyId = Annotated[str, typer.Argument(help="The access key id (AKIA...).")]
+
+
+def _development_key(data_dir: Path) -> str | None:
+    from dockyard.services.bootstrap import CREDENTIALS_FILE
+
+    credentials = configparser.ConfigParser()
+    try:
+        credentials.read(Path(data_dir) / CREDENTIALS_FILE)
+        return credentials["default"]["aws_access_key_id"]
+    except (KeyError, configparser.Error):
+        return None
+
+
+def _set_status(
+    access_key_id: str,
+    status: account_service.KeyStatus,
+    data_dir: Path,
+    config: Path | None,
+    database_url: str | None,
+) -> tuple[Path, account_service.KeyStatus]:
+    """Set the key's status; answer the data dir and the status it had."""
+    settings, db = _open(data_dir, config, database_url)
+    try:
+        with db.session() as session:
+            before = account_service.set_key_status(session, access_key_id, status)
+    except ServiceError as exc:
+        raise fail(exc.message) from exc
+    if status is account_service.KeyStatus.INACTIVE:
+        account_service.announce_revocation(
+            settings.data_dir, RealClock().now(), access_key_id, "disabled"
+        )
+    return settings.data_dir, before
+
+
+@keys_app.command("disable")
+def disable_key(
+    access_key_id: KeyId,
+    data_dir: DataDir = DEFAULT_DATA,
+    config: ConfigFile = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Disable a key (IAM's Inactive): every request it signs is refused at once - the
+    API, S3, the console (its sessions end), cluster exec and shells (an open shell
+    ends). `dockyard keys enable` makes it work again."""
+    where, before = _set_status(
+        access_key_id, account_service.KeyStatus.INACTIVE, data_dir, config, database_url
+    )
+    already = " (it already was)" if before is account_service.KeyStatus.INACTIVE else ""
+    console.print(f"disabled {access_key_id}{already}; `dockyard keys enable` undoes it")
+    if access_key_id == _development_key(where):
+        console.print(
+            f"it is the development key in {where / 'credentials'}: what uses that file is "
+            "refused until it is enabled again (a restart does not replace it; deleting it "
+            "does)"
+        )
+
+
+@keys_app.command("enable")
+def enable_key(
+    access_key_id: KeyId,
+    data_dir: DataDir = DEFAULT_DATA,
+    config: ConfigFile = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Enable a disabled key again (IAM's Active)."""
+    _, before = _set_status(
+        access_key_id, account_service.KeyStatus.ACTIVE, data_dir, config, database_url
+    )
+    already = " (it already was)" if before is account_service.KeyStatus.ACTIVE else ""
+    console.print(f"enabled {access_key_id}{already}")
+
+
+@keys_app.command("delete")
+def delete_key(
+    access_key_id: KeyId,
+    data_dir: DataDir = DEFAULT_DATA,
+    config: ConfigFile = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete a key for good: refused at once everywhere, as a disabled key is, and it
+    can never be enabled again. Deleting the development key (<data-dir>/credentials)
+    is allowed: the next `dockyard serve` writes a new one there."""
+    settings, db = _open(data_dir, config, database_url)
+    try:
+        with db.session() as session:
+            account_id = account_service.delete_access_key(session, access_key_id)
+    except ServiceError as exc:
+        raise fail(exc.message) from exc
+    account_service.announce_revocation(
+        settings.data_dir, RealClock().now(), access_key_id, "deleted"
+    )
+    console.print(f"deleted {access_key_id} (account {account_id})")
+    if access_key_id == _development_key(settings.data_dir):
+        console.print(
+            f"it was the development key in {settings.data_dir / 'credentials'}: the next "
+            "`dockyard serve` start writes a new one there (or make one now with "
+            f"`dockyard keys create --account {account_id}`)"
+        )

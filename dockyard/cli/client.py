@@ -59,13 +59,19 @@ def signed_headers(
     data_dir: Path, region: str, method: str, url: str, data: bytes = b"", **headers: str
 ) -> dict[str, str]:
     """The headers that sign a request to one of dockyard's own endpoints with SigV4
-    (service `sagemaker`), as a SageMaker client signs (the Host header is the URL's)."""
+    (service `sagemaker`), as a SageMaker client signs (the Host header is the URL's).
+    A random X-Dockyard-Nonce is signed too: the server accepts each signature of a
+    node command or shell once, and two of the same request in one second would
+    otherwise be signed alike."""
+    import secrets
+
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
 
     credentials = _session(data_dir, region).get_credentials()
     if credentials is None:
         raise fail("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass --data-dir")
+    headers = {**headers, "X-Dockyard-Nonce": secrets.token_hex(16)}
     request = AWSRequest(method=method, url=url, data=data, headers=headers)
     SigV4Auth(credentials.get_frozen_credentials(), "sagemaker", region).add_auth(request)
     return dict(request.prepare().headers)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from dockyard.cli.common import DEFAULT_ENDPOINT, console, fail
-from dockyard.config import ConfigError, load_settings
+from dockyard.config import ConfigError, load_settings, trusted_proxies
 
 
 def serve(
@@ -59,6 +59,15 @@ def serve(
         str | None,
         typer.Option(help="The Ray cluster's address (HOST:PORT) for --backend ray."),
     ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="Reverse proxies (IP addresses or networks, comma-separated) whose "
+            "X-Forwarded-For and X-Forwarded-Proto are believed, e.g. a TLS-terminating "
+            "proxy's address: the console's cookie is then Secure for https clients "
+            "(docs/operations.md) [default: none].",
+        ),
+    ] = None,
     unsafe_no_sandbox: Annotated[
         bool,
         typer.Option(
@@ -86,6 +95,7 @@ def serve(
             s3_endpoint_url=s3_endpoint_url,
             backend=backend,
             ray_address=ray_address,
+            forwarded_allow_ips=forwarded_allow_ips,
             sandbox="none" if unsafe_no_sandbox else None,
         )
     except ConfigError as exc:
@@ -121,6 +131,9 @@ def serve(
         options += f" --data-dir {settings.data_dir}"
     console.print(f'  eval "$({_dockyard_command()} env{options})"', soft_wrap=True)
     console.print(f"or sign in to the web console with them: {endpoint}/console", soft_wrap=True)
+    proxies = trusted_proxies(settings.forwarded_allow_ips)
+    if proxies:
+        console.print(f"behind a proxy: X-Forwarded-For/-Proto believed from {', '.join(proxies)}")
     try:
         uvicorn.run(
             server.app,
@@ -128,6 +141,10 @@ def serve(
             port=settings.port,
             log_level=settings.log_level,
             access_log=False,
+            # Only the configured proxies' X-Forwarded-* (uvicorn would believe any
+            # local process's by default).
+            proxy_headers=bool(proxies),
+            forwarded_allow_ips=proxies or None,
         )
     finally:
         server.close()

@@ -4,9 +4,11 @@ rclone serve s3 runs this once per access key it has not seen (and again every f
 minutes), with `{"user": ACCESS_KEY_ID}` on stdin; it answers the key's secret, which
 rclone verifies the request's SigV4 signature with, and the backend to serve: the
 data dir's S3 directory, the same for every account (bucket ownership is checked in
-front of rclone, `dockyard.api.s3`). An unknown key gets an empty answer, which rclone
-refuses. So keys made with `dockyard keys create` work at once, and a deleted key stops
-working within five minutes.
+front of rclone, `dockyard.api.s3`). An unknown, disabled or deleted key gets an empty
+answer, which rclone refuses. So keys made with `dockyard keys create` work at once. A
+key disabled or deleted afterwards may still be in rclone's own cache for five minutes,
+but no request reaches rclone without passing dockyard's front door first, which looks
+the key up again (`api.keys.KeyCache`) and refuses it at once.
 
     python -m dockyard.s3.auth   (DOCKYARD_S3AUTH_DATA_DIR, DOCKYARD_S3AUTH_DATABASE_URL)
 """

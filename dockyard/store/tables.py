@@ -48,6 +48,9 @@ class AccessKey(Base):
     # Optional IAM-style policy document (JSON text); None allows everything in the account.
     policy: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime]
+    # IAM's words: "Active", or "Inactive" (`dockyard keys disable`): refused everywhere
+    # until enabled again (services.accounts.KeyStatus).
+    status: Mapped[str] = mapped_column(String(16), default="Active", server_default="Active")
 
 
 class Bucket(Base):

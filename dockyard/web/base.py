@@ -25,6 +25,7 @@ from dockyard.services.accounts import KeyRecord
 from dockyard.services.errors import ServiceError
 from dockyard.web import session as sessions
 from dockyard.web import views
+from dockyard.web.limits import SignInLimiter
 
 log = logging.getLogger("dockyard.web")
 
@@ -56,6 +57,7 @@ class ConsoleBase:
     def __init__(self, state: ServerState, dispatcher: Dispatcher) -> None:
         self.state = state
         self.dispatcher = dispatcher
+        self.sign_ins = SignInLimiter()
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         env = self.templates.env
         env.filters["duration"] = views.duration
@@ -108,10 +110,33 @@ class ConsoleBase:
 
     @staticmethod
     def _same_origin(request: Request) -> bool:
-        origin = request.headers.get("origin") or request.headers.get("referer")
-        if not origin:
-            return True  # SameSite=Strict already kept other sites' requests cookieless
-        return urlsplit(origin).netloc == request.headers.get("host", "")
+        """Whether a form POST came from one of the console's own pages: its Origin (a
+        browser sends one with every POST; "null" from an opaque origin is another's),
+        else its Referer, else the browser's Sec-Fetch-Site. A request with none of
+        them is no browser's form (curl, a script) and cannot be a forged one."""
+        host = request.headers.get("host", "")
+        origin = request.headers.get("origin")
+        if origin is not None:
+            return bool(host) and urlsplit(origin).netloc == host
+        referer = request.headers.get("referer")
+        if referer:
+            return bool(host) and urlsplit(referer).netloc == host
+        site = request.headers.get("sec-fetch-site")
+        if site is not None:
+            return site in ("same-origin", "none")  # "none": typed, or a bookmark
+        return True
+
+    @staticmethod
+    def _cookie_options(request: Request) -> dict[str, Any]:
+        """The session cookie's attributes. Secure when the browser reached us over
+        https: directly, or through a TLS-terminating proxy that `forwarded_allow_ips`
+        trusts to say so (X-Forwarded-Proto; docs/console.md)."""
+        return {
+            "path": sessions.PATH,
+            "httponly": True,
+            "samesite": "strict",
+            "secure": request.url.scheme == "https",
+        }
 
     def _page(
         self, handler: Page, operator: bool = False, anyone: bool = False

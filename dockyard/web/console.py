@@ -26,6 +26,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dockyard.clock import wall_now
+from dockyard.services import accounts
+from dockyard.services.accounts import KeyRecord
 from dockyard.web import session as sessions
 from dockyard.web.base import HERE, Caller
 from dockyard.web.operator_pages import QuotaPages
@@ -78,46 +80,88 @@ class Console(PlanPages, QuotaPages):
         region = self.state.settings.default_region
         if request.method == "GET":
             return self.render(request, None, "signin.html", region=region, next=target)
+
+        def again(status: int, error: str, **headers: str) -> Response:
+            response = self.render(
+                request, None, "signin.html", status, region=region, next=target, error=error
+            )
+            response.headers.update(headers)
+            return response
+
+        # Login CSRF: another site's page posting its own key here would sign this
+        # browser in to the other site's account (SameSite stops a cookie being sent
+        # with another site's top-level POST, not being set by its answer). Only the
+        # console's own page may sign in.
+        if not self._same_origin(request):
+            return again(
+                403,
+                "This sign-in came from another site's page, so it was refused. "
+                "Sign in here instead.",
+            )
         form = await request.form()
         kind = str(form.get("kind", "key"))
         region = str(form.get("region") or region)[:32]
-        principal: str | None = None
+        address = request.client.host if request.client else "-"
         if kind == "operator":
-            presented = str(form.get("operator_key", ""))
-            if presented and hmac.compare_digest(presented, self.state.operator_token):
-                principal = sessions.OPERATOR
+            named: str | None = sessions.OPERATOR
         else:
             key_id = str(form.get("access_key_id", "")).strip()[:128]
-            secret = str(form.get("secret_access_key", ""))
-            record = await run_in_threadpool(self.dispatcher.keys.get, key_id) if key_id else None
-            if record is not None and hmac.compare_digest(
-                secret.encode(), record.secret_access_key.encode()
-            ):
-                principal = key_id
-        if principal is None:
-            return self.render(
-                request,
-                None,
-                "signin.html",
-                401,
-                region=region,
-                next=target,
-                error="That key is not right. Check it and try again.",
+            named = key_id or None
+        refused = self.sign_ins.check(address, named)
+        if refused is not None:
+            return again(
+                429,
+                f"Too many wrong sign-ins from {refused.why}: try again in "
+                f"{refused.retry_after} seconds.",
+                **{"retry-after": str(refused.retry_after)},
             )
+        principal: str | None = None
+        real_key = False
+        if kind == "operator":
+            presented = str(form.get("operator_key", ""))
+            real_key = True
+            if presented and hmac.compare_digest(presented, self.state.operator_token):
+                principal = sessions.OPERATOR
+        elif named is not None:
+            secret = str(form.get("secret_access_key", ""))
+            record = await run_in_threadpool(self.dispatcher.keys.get, named)
+            if record is None:
+                record = await run_in_threadpool(self._key_in_any_state, named)
+                if record is not None and _same_secret(secret, record.secret_access_key):
+                    return again(
+                        403,
+                        "This access key is disabled. An operator can enable it again "
+                        "(dockyard keys enable).",
+                    )
+            real_key = record is not None
+            if record is not None and _same_secret(secret, record.secret_access_key):
+                principal = named
+        if principal is None:
+            self.sign_ins.failed(address, named if real_key else None)
+            return again(401, "That key is not right. Check it and try again.")
         made = sessions.new(principal, region, wall_now().timestamp())
         response = RedirectResponse(target, 303)
         response.set_cookie(
             sessions.COOKIE,
             sessions.seal(self.state.box, made),
             max_age=sessions.SESSION_SECONDS,
-            path=sessions.PATH,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
+            **self._cookie_options(request),
         )
         return response
 
+    def _key_in_any_state(self, access_key_id: str) -> KeyRecord | None:
+        """The key if it exists at all (asked when the cache, which holds only Active
+        keys, has none: to tell a disabled key's owner so)."""
+        with self.state.db.read() as connection:
+            return accounts.lookup_key(
+                connection, self.state.box, access_key_id, active_only=False
+            )
+
     async def signout(self, request: Request, caller: Caller) -> Response:
         response = RedirectResponse(f"{sessions.PATH}/signin", 303)
-        response.delete_cookie(sessions.COOKIE, path=sessions.PATH)
+        response.delete_cookie(sessions.COOKIE, **self._cookie_options(request))
         return response
+
+
+def _same_secret(presented: str, secret: str) -> bool:
+    return hmac.compare_digest(presented.encode(), secret.encode())

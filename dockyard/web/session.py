@@ -3,10 +3,12 @@
 The cookie holds the signed-in access key's id (or "operator"), a CSRF token and an
 expiry, sealed with the data dir's master key (Fernet: encrypted and authenticated),
 so it cannot be read or forged without that key. It is HttpOnly (no script reads it),
-SameSite=Strict (no other site's page sends it) and scoped to /console. The key is
-looked up again on every request, so a deleted key signs its sessions out; the secret
-is never kept. Every form that changes something carries the CSRF token, which must
-match the cookie's, and a request whose Origin is another site's is refused.
+SameSite=Strict (no other site's page sends it), scoped to /console, and Secure when
+the browser came over https (`ConsoleBase._cookie_options`). The key is looked up
+again on every request, so a disabled or deleted key signs its sessions out; the
+secret is never kept. Every form that changes something carries the CSRF token, which
+must match the cookie's, and a request whose Origin is another site's is refused - the
+sign-in too, or another site could sign a browser in to its own account.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.e2e.test_training_jobs import job_request, wait_for
-from tests.harness import DockyardServer, signed_post
+from tests.harness import DockyardServer, run_cli, signed_post
 
 TARGET = "SageMaker.ListTrainingJobs"
 
@@ -130,3 +130,56 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: DockyardServer) 
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     # And the server goes on answering.
     assert server.client().list_training_jobs()["TrainingJobSummaries"] is not None
+
+
+def test_a_disabled_or_deleted_key_stops_working_at_once(server: DockyardServer) -> None:
+    """`dockyard keys disable|enable|delete` on the database, with the server running:
+    the key stops (and starts) working at its next request, though the server had it
+    cached - for the API, S3 and a console session signed in with it."""
+    import httpx
+
+    account_id, key = server.new_account("revoked")
+    api = server.client(key=key)
+    s3 = server.client("s3", key=key)
+    # Each is used first, so the server has the key in its caches.
+    assert api.list_training_jobs()["TrainingJobSummaries"] == []
+    s3.create_bucket(Bucket="revoked-keys-bucket")
+    console = httpx.Client(base_url=server.endpoint, timeout=60)
+    form = {"kind": "key", "access_key_id": key[0], "secret_access_key": key[1]}
+    assert console.post("/console/signin", data=form).status_code == 303
+    assert console.get("/console/jobs").status_code == 200
+
+    done = run_cli("keys", "disable", key[0], data_dir=server.data_dir)
+    assert "disabled" in done.stdout
+    listed = run_cli("keys", "ls", "--account", account_id, data_dir=server.data_dir).stdout
+    assert key[0] in listed and "Inactive" in listed
+
+    def refused_everywhere() -> None:
+        with pytest.raises(ClientError) as excinfo:
+            api.list_training_jobs()
+        assert excinfo.value.response["Error"]["Code"] == "UnrecognizedClientException"
+        with pytest.raises(ClientError) as excinfo:
+            s3.list_objects_v2(Bucket="revoked-keys-bucket")
+        assert excinfo.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+        signed_out = console.get("/console/jobs")
+        assert (
+            signed_out.status_code == 303 and "/console/signin" in signed_out.headers["location"]
+        )
+
+    refused_everywhere()
+    again = httpx.Client(base_url=server.endpoint, timeout=60).post("/console/signin", data=form)
+    assert again.status_code == 403 and "disabled" in again.text
+
+    assert "enabled" in run_cli("keys", "enable", key[0], data_dir=server.data_dir).stdout
+    assert api.list_training_jobs()["TrainingJobSummaries"] == []
+    assert s3.list_objects_v2(Bucket="revoked-keys-bucket")["Name"] == "revoked-keys-bucket"
+    assert console.post("/console/signin", data=form).status_code == 303
+    assert console.get("/console/jobs").status_code == 200
+
+    assert "deleted" in run_cli("keys", "delete", key[0], data_dir=server.data_dir).stdout
+    refused_everywhere()
+    listed = run_cli("keys", "ls", "--account", account_id, data_dir=server.data_dir).stdout
+    assert key[0] not in listed
+    # A deleted key is gone for good.
+    back = run_cli("keys", "enable", key[0], data_dir=server.data_dir, check=False)
+    assert back.returncode != 0 and key[0] in back.stderr

@@ -39,14 +39,17 @@ def life_cycle(manual_server: DockyardServer) -> None:
     (scripts / "waits.sh").write_text(WAITS)
 
 
-def post(
+def signed_exec(
     server: DockyardServer,
     body: dict[str, Any] | bytes,
     key: tuple[str, str] | None = None,
     service: str = "sagemaker",
     sign: bool = True,
-) -> tuple[int, dict[str, Any]]:
-    """The exec endpoint, called as the CLI calls it: signed by botocore's SigV4 signer."""
+) -> tuple[bytes, dict[str, str]]:
+    """A request to the exec endpoint signed as the CLI signs it (botocore's SigV4
+    signer, a random X-Dockyard-Nonce): its body and headers."""
+    import secrets
+
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
@@ -57,19 +60,35 @@ def post(
         method="POST",
         url=server.endpoint + PATH,
         data=data,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "X-Dockyard-Nonce": secrets.token_hex(16)},
     )
     if sign:
         SigV4Auth(Credentials(access_key, secret), service, REGION).add_auth(request)
-    prepared = request.prepare()
+    return data, dict(request.prepare().headers)
+
+
+def send_exec(
+    server: DockyardServer, data: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, Any]]:
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
     try:
-        connection.request("POST", PATH, body=data, headers=dict(prepared.headers))
+        connection.request("POST", PATH, body=data, headers=headers)
         response = connection.getresponse()
         payload = response.read()
     finally:
         connection.close()
     return response.status, json.loads(payload)
+
+
+def post(
+    server: DockyardServer,
+    body: dict[str, Any] | bytes,
+    key: tuple[str, str] | None = None,
+    service: str = "sagemaker",
+    sign: bool = True,
+) -> tuple[int, dict[str, Any]]:
+    """The exec endpoint, called as the CLI calls it."""
+    return send_exec(server, *signed_exec(server, body, key, service, sign))
 
 
 def run_on(
@@ -285,3 +304,29 @@ def test_a_node_that_goes_ends_its_commands(manual_server: DockyardServer) -> No
     assert (status, answer.get("ExitCode")) == (200, 137) or answer["__type"] == (
         "ConflictException"
     ), answer
+
+
+def test_a_signed_command_runs_once(manual_server: DockyardServer) -> None:
+    """A captured exec request (a proxy's log, a shared terminal) sent again would run
+    its command again, with its stdin, for up to 15 minutes: each signature is spent."""
+    server = manual_server
+    node = up(server)
+    body = {
+        "ClusterName": "research",
+        "NodeId": node,
+        "Command": ["sh", "-c", "echo ran >> /opt/ml/runs; cat /opt/ml/runs | wc -l"],
+    }
+    data, headers = signed_exec(server, body)
+    status, answer = send_exec(server, data, headers)
+    assert status == 200 and base64.b64decode(answer["Output"]) == b"1\n", answer
+    for _ in range(2):
+        status, answer = send_exec(server, data, headers)
+        assert (status, answer["__type"]) == (403, "InvalidSignatureException"), answer
+        assert "already used" in answer["message"]
+    assert run_on(server, "research", node, "cat", "/opt/ml/runs") == (0, "ran\n")
+    # The same command signed anew runs (the CLI signs every call anew, and twice in
+    # one second too).
+    assert post(server, body)[0] == 200
+    for _ in range(2):
+        done = cli(server, "clusters", "exec", "research", node, "--", "true")
+        assert done.returncode == 0, done.stderr

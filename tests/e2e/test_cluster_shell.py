@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import time
 from typing import Any
@@ -14,8 +15,8 @@ from urllib.parse import urlencode
 import pytest
 
 from dockyard.compute.local import SANDBOX_UID_BASE
-from tests.e2e.test_cluster_exec import cli, run_on, up
-from tests.harness import REGION, DockyardServer
+from tests.e2e.test_cluster_exec import cli, post, run_on, up
+from tests.harness import REGION, DockyardServer, run_cli
 
 PATH = "/_dockyard/clusters/shell"
 ON_CREATE = "#!/bin/sh\necho ready > /opt/ml/marker.txt\n"
@@ -38,7 +39,9 @@ def signed(
 
     access_key, secret = key or server.credentials()
     url = f"{server.endpoint}{PATH}?{urlencode(query)}"
-    request = AWSRequest(method="GET", url=url)
+    request = AWSRequest(
+        method="GET", url=url, headers={"X-Dockyard-Nonce": secrets.token_hex(16)}
+    )
     SigV4Auth(Credentials(access_key, secret), "sagemaker", REGION).add_auth(request)
     return "ws" + url.removeprefix("http"), dict(request.prepare().headers)
 
@@ -198,3 +201,81 @@ def test_a_node_that_goes_ends_its_shell(manual_server: DockyardServer) -> None:
     while sandbox_processes(uid):
         assert time.monotonic() < deadline, sandbox_processes(uid)
         time.sleep(0.1)
+
+
+def test_a_signed_upgrade_opens_one_shell(manual_server: DockyardServer) -> None:
+    """A captured upgrade request replayed is no second shell: each signature once."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    server = manual_server
+    node = up(server)
+    url, headers = signed(server, {"ClusterName": "research", "NodeId": node})
+    with connect(url, additional_headers=headers, open_timeout=60) as first:
+        first.send(b"echo one-$((40+2))\n")
+        read_until(first, b"one-42")
+        for _ in range(2):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(url, additional_headers=headers, open_timeout=60)
+            assert refused.value.response.status_code == 403
+            answer = json.loads(refused.value.response.body)
+            assert answer["__type"] == "InvalidSignatureException", answer
+            assert "already used" in answer["message"]
+        first.send(b"exit 0\n")
+    # Signed anew, another shell opens.
+    url, headers = signed(server, {"ClusterName": "research", "NodeId": node})
+    with connect(url, additional_headers=headers, open_timeout=60) as second:
+        second.send(b"echo two-$((40+2))\n")
+        read_until(second, b"two-42")
+
+
+def test_a_disabled_key_keeps_no_shell(manual_server: DockyardServer) -> None:
+    """`dockyard keys disable` ends the shells the key opened, and it opens no more
+    and runs nothing, at once; `dockyard keys enable` lets it in again."""
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.sync.client import connect
+
+    server = manual_server
+    node = up(server)
+    account_id = server.client().describe_cluster(ClusterName="research")["ClusterArn"]
+    key = server.new_key(account_id.split(":")[4])
+    _, uid_text = run_on(server, "research", node, "id", "-u", key=key)
+    query = {"ClusterName": "research", "NodeId": node}
+    url, headers = signed(server, query, key=key)
+    uid = int(uid_text)
+    with connect(url, additional_headers=headers, open_timeout=60) as connection:
+        connection.send(b"sleep 4321 & echo open-$((40+2))\n")
+        read_until(connection, b"open-42")
+        deadline = time.monotonic() + 60
+        while not any("sleep 4321" in line for line in sandbox_processes(uid)):
+            assert time.monotonic() < deadline, sandbox_processes(uid)
+            time.sleep(0.05)
+        run_cli("keys", "disable", key[0], data_dir=server.data_dir)
+        outcome: dict[str, Any] | None = None
+        deadline = time.monotonic() + 60
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                assert time.monotonic() < deadline, "the shell outlived its key"
+                try:
+                    message = connection.recv(timeout=1)
+                except TimeoutError:
+                    continue
+                if isinstance(message, str):
+                    outcome = json.loads(message)
+        assert outcome is not None and outcome["__type"] == "UnrecognizedClientException"
+        assert key[0] in outcome["message"]
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    # Nothing of the shell is left on the node.
+    deadline = time.monotonic() + 60
+    while any("sleep 4321" in line for line in sandbox_processes(uid)):
+        assert time.monotonic() < deadline, sandbox_processes(uid)
+        time.sleep(0.1)
+    url, headers = signed(server, query, key=key)
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers=headers, open_timeout=60)
+    assert refused.value.response.status_code == 403
+    command = {"ClusterName": "research", "NodeId": node, "Command": ["true"]}
+    status, answer = post(server, command, key=key)
+    assert (status, answer["__type"]) == (403, "UnrecognizedClientException")
+    run_cli("keys", "enable", key[0], data_dir=server.data_dir)
+    assert post(server, command, key=key)[0] == 200

@@ -41,6 +41,46 @@ def test_accounts_and_keys_round_trip(db: Database, tmp_path: Path) -> None:
         assert creds.secret_access_key not in stored
 
 
+def test_a_disabled_key_is_found_by_no_request_and_a_deleted_one_by_nothing(
+    db: Database, tmp_path: Path
+) -> None:
+    box = SecretBox.for_data_dir(tmp_path)
+    with db.session() as session:
+        accounts.create_account(session, NOW, "keys")
+        key_id = accounts.create_access_key(session, NOW, box, "keys").access_key_id
+    with db.session() as session:
+        before = accounts.set_key_status(session, key_id, accounts.KeyStatus.INACTIVE)
+        assert before is accounts.KeyStatus.ACTIVE
+    with db.read() as connection:
+        assert accounts.lookup_key(connection, box, key_id) is None
+        assert accounts.lookup_key(connection, box, key_id, active_only=False) is not None
+    with db.session() as session:
+        assert accounts.set_key_status(session, key_id, accounts.KeyStatus.ACTIVE) is (
+            accounts.KeyStatus.INACTIVE
+        )
+    with db.read() as connection:
+        assert accounts.lookup_key(connection, box, key_id) is not None
+    with db.session() as session:
+        accounts.delete_access_key(session, key_id)
+    with db.read() as connection:
+        assert accounts.lookup_key(connection, box, key_id, active_only=False) is None
+    for change in (
+        lambda s: accounts.set_key_status(s, key_id, accounts.KeyStatus.ACTIVE),
+        lambda s: accounts.delete_access_key(s, key_id),
+    ):
+        with pytest.raises(ResourceNotFound), db.session() as session:
+            change(session)
+
+
+def test_the_revocation_file_changes_with_every_revocation(tmp_path: Path) -> None:
+    seen = {accounts.revocations_seen(tmp_path)}
+    for what in ("disabled", "deleted", "disabled"):
+        accounts.announce_revocation(tmp_path, NOW, "AKIASAME", what)
+        seen.add(accounts.revocations_seen(tmp_path))
+    assert len(seen) == 4
+    assert oct((tmp_path / accounts.REVOCATIONS_FILE).stat().st_mode & 0o777) == "0o600"
+
+
 def test_account_rules(db: Database) -> None:
     with db.session() as session:
         accounts.create_account(session, NOW, "dup", account_id="111122223333")

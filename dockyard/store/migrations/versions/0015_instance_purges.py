@@ -1,7 +1,7 @@
 """A deleted job's instances, whose files are to be removed (issue 25)
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-03
 """
 
@@ -12,8 +12,8 @@ from alembic import op
 
 from dockyard.store.types import UTCDateTime
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
