@@ -7,9 +7,10 @@ message queue bytes - so two servers on one host whose data dirs both numbered t
 users from 2,100,000,000 up gave their tenants the same uid: one server's tenant read a
 key another server's had stored. So the uids come from one registry per host
 (`/var/lib/dockyard/sandbox-uids`, root's alone), changed under a lock: an entry per
-(data dir, account), the data dir named by its real path and its inode, so a data dir
-keeps its users across restarts and a new one made at a deleted one's path does not
-inherit them.
+(data dir, account), the data dir named by its real path and by a random token the
+registry leaves in it (`sandbox/host-uids-token`; an inode number is reused at once by
+a directory made where one was deleted), so a data dir keeps its users across restarts
+and a new one made at a deleted one's path does not inherit them.
 
 An entry whose data dir is gone frees its uid for reuse (tests make hundreds of data
 dirs): a sandbox user's files all live in its data dir (its instances' trees; its
@@ -28,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ COUNT = 40_000_000
 REGISTRY = Path("/var/lib/dockyard/sandbox-uids")
 # Where the registry is instead, for a host whose /var/lib cannot hold it.
 REGISTRY_ENV = "DOCKYARD_SANDBOX_UIDS_DIR"
+# The data dir's token, under it.
+TOKEN = Path("sandbox") / "host-uids-token"
 
 
 class SandboxUidError(Exception):
@@ -53,16 +57,11 @@ class Entry:
     uid: int
     data_dir: str
     account: str
-    dev: int
-    ino: int
+    token: str
 
     def current(self) -> bool:
         """Whether its data dir is still there (the same directory, not a new one)."""
-        try:
-            found = os.stat(self.data_dir)
-        except OSError:
-            return False
-        return (found.st_dev, found.st_ino) == (self.dev, self.ino)
+        return _token(Path(self.data_dir)) == self.token
 
 
 def registry() -> SandboxUids:
@@ -108,14 +107,18 @@ class SandboxUids:
     # -- under the lock -------------------------------------------------------------------
 
     def _allocate(self, real: str, account: str, name: str, preferred: int | None) -> int:
-        try:
-            stat = os.stat(real)
-        except OSError as exc:
-            raise SandboxUidError(f"the data dir {real} is not there: {exc}") from exc
+        token = _token(Path(real))
         mine = self._read(self.path / name)
-        if mine is not None and mine.data_dir == real and mine.account == account:
-            if (mine.dev, mine.ino) == (stat.st_dev, stat.st_ino):
+        if token is not None and mine is not None and mine.token == token:
+            if mine.data_dir == real and mine.account == account:
                 return mine.uid  # registered by another process meanwhile
+        if token is None:
+            token = secrets.token_hex(16)
+            try:
+                (Path(real) / TOKEN).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                write_private(Path(real) / TOKEN, token)
+            except OSError as exc:
+                raise SandboxUidError(f"cannot mark the data dir {real}: {exc}") from exc
         running = users_running()
         taken: set[int] = set()
         for entry in self.entries():
@@ -129,13 +132,7 @@ class SandboxUids:
             uid = preferred
         else:
             uid = _lowest_free(taken | running)
-        record = {
-            "uid": uid,
-            "data_dir": real,
-            "account": account,
-            "dev": stat.st_dev,
-            "ino": stat.st_ino,
-        }
+        record = {"uid": uid, "data_dir": real, "account": account, "token": token}
         write_private(self.path / name, json.dumps(record))
         return uid
 
@@ -162,11 +159,17 @@ class SandboxUids:
                 uid=int(record["uid"]),
                 data_dir=str(record["data_dir"]),
                 account=str(record["account"]),
-                dev=int(record["dev"]),
-                ino=int(record["ino"]),
+                token=str(record["token"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _token(data_dir: Path) -> str | None:
+    try:
+        return (data_dir / TOKEN).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _entry_name(real: str, account: str) -> str:
