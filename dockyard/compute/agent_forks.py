@@ -34,8 +34,8 @@ The fork server runs no user code and reads no job's files: it only forks. It is
 started by the backend with none of the server's file descriptors, talks to it over
 its stdin and stdout (one JSON line each way per agent; no socket another process
 could connect to), and exits when the backend closes its stdin - the backend object
-going away, or the server (or actor) exiting. It is single-threaded (a fork copies only the
-forking thread) and starts no thread of its own.
+going away, or the server (or the Ray actor) exiting. It is single-threaded (a fork
+copies only the forking thread) and starts no thread of its own.
 """
 
 from __future__ import annotations
