@@ -17,6 +17,13 @@ What stays as it was:
   reaped only by whatever the host's init is, and a dockyard that is PID 1 of a
   container never would); if the fork server is gone by then, its agents are orphans
   like those of a server that restarted.
+- Except where the backend says its agents end with it (`end_with_owner`: a Ray node's
+  backend, whose instance is its actor's and must not outlive it): then the fork server,
+  once its stdin closes (the actor's process gone, however it went), asks each of its
+  agents to stop (SIGTERM: it stops its job, leaves its network and cgroup) and kills
+  those still there after `OWNER_GONE_SECONDS`; an agent it forked is also killed by the
+  kernel if the fork server itself dies (`PR_SET_PDEATHSIG`). Its sandboxes die with it
+  (bwrap's `--die-with-parent`), and so does slirp4netns (`sandbox_network`).
 - Its command line still names `dockyard.compute.agent`, which is how `end_agents` and
   the network's membership tell a live agent from a reused PID.
 - It starts with what a new agent would: stdin from /dev/null, stdout and stderr
@@ -27,12 +34,13 @@ The fork server runs no user code and reads no job's files: it only forks. It is
 started by the backend with none of the server's file descriptors, talks to it over
 its stdin and stdout (one JSON line each way per agent; no socket another process
 could connect to), and exits when the backend closes its stdin - the backend object
-going away, or the server exiting. It is single-threaded (a fork copies only the
-forking thread) and starts no thread of its own.
+going away, or the server (or the Ray actor) exiting. It is single-threaded (a fork
+copies only the forking thread) and starts no thread of its own.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -56,6 +64,9 @@ REPLY_SECONDS = 10.0
 # How long a new fork server may take to answer its first request (Python and the
 # agent's imports on a busy host).
 FIRST_REPLY_SECONDS = 60.0
+# How long agents that end with their owner have to stop once it is gone.
+OWNER_GONE_SECONDS = 30.0
+_PR_SET_PDEATHSIG = 1
 
 
 class ForkServerError(Exception):
@@ -74,8 +85,11 @@ class AgentForks:
     """The backend's handle on its fork server: started on first use, started again if
     it died. Safe to use from several threads."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, *, end_with_owner: bool = False) -> None:
         self.log = log
+        # Whether its agents end with this process (see the module's docstring); read
+        # at each spawn.
+        self.end_with_owner = end_with_owner
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._answered = False  # whether the current fork server has answered once
@@ -133,7 +147,8 @@ class AgentForks:
     def _ask(self, process: subprocess.Popen[bytes], root: Path) -> int:
         assert process.stdin is not None and process.stdout is not None
         try:
-            process.stdin.write(json.dumps({"root": str(root)}).encode() + b"\n")
+            request = {"root": str(root), "end_with_owner": self.end_with_owner}
+            process.stdin.write(json.dumps(request).encode() + b"\n")
             process.stdin.flush()
         except OSError as exc:
             raise ForkServerError(f"the agents' fork server is gone: {exc}") from exc
@@ -211,8 +226,9 @@ def serve() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     pending = b""
+    owned: set[int] = set()  # the agents that end with the backend
     while True:
-        _reap()
+        _reap(owned)
         try:
             readable, _, _ = select.select([requests, wake_read], [], [])
         except InterruptedError:
@@ -227,11 +243,14 @@ def serve() -> int:
             continue
         chunk = os.read(requests, 65536)
         if not chunk:
-            return 0  # the backend is gone; the agents run on without us
+            # The backend is gone; the agents run on without us, but for those that end
+            # with it.
+            _end(owned)
+            return 0
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            reply = _fork_agent(line)
+            reply = _fork_agent(line, owned)
             _write_all(replies, json.dumps(reply).encode() + b"\n")
 
 
@@ -240,7 +259,7 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _reap() -> None:
+def _reap(owned: set[int]) -> None:
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -248,29 +267,58 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+        owned.discard(pid)
 
 
-def _fork_agent(line: bytes) -> dict[str, object]:
+def _end(owned: set[int]) -> None:
+    """Stop the agents that end with the backend: SIGTERM, then SIGKILL for those still
+    there after OWNER_GONE_SECONDS."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in owned:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        give_up = monotonic() + OWNER_GONE_SECONDS
+        while owned and monotonic() < give_up:
+            _reap(owned)
+            if owned:
+                select.select([], [], [], 0.05)
+    _reap(owned)
+
+
+def _fork_agent(line: bytes, owned: set[int]) -> dict[str, object]:
     try:
         request = json.loads(line)
         root = Path(str(request["root"]))
-    except (ValueError, KeyError, TypeError) as exc:
+        ends_with_owner = bool(request.get("end_with_owner", False))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return {"error": f"bad request: {exc}"}
     if not root.is_absolute() or not root.is_dir():
         return {"error": f"{root} is not an instance's root"}
+    server = os.getpid()
     try:
         pid = os.fork()
     except OSError as exc:
         return {"error": f"fork failed: {exc}"}
     if pid == 0:
-        _become_agent(root)
+        _become_agent(root, server if ends_with_owner else None)
+    if ends_with_owner:
+        owned.add(pid)
     return {"pid": pid}
 
 
-def _become_agent(root: Path) -> NoReturn:
-    """In the forked child: become `python -m dockyard.compute.agent ROOT`."""
+def _become_agent(root: Path, parent: int | None) -> NoReturn:
+    """In the forked child: become `python -m dockyard.compute.agent ROOT`; killed when
+    the fork server (`parent`) dies, if one is given."""
     code = 1
     try:
+        if parent is not None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+            if os.getppid() != parent:  # it died before the above took effect
+                os._exit(1)
         os.setsid()  # as start_new_session: a session, and a process group, of its own
         # What the fork server set up for itself goes; the agent sets its own handlers.
         signal.set_wakeup_fd(-1)

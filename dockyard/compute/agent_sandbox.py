@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from dockyard.compute import sandbox_seccomp
 from dockyard.compute.agent_env import Layout, build_env, container_env
 from dockyard.compute.agent_files import freeze, hand_over
 from dockyard.compute.agent_overlay import Overlay, OverlayError, addresses
@@ -212,6 +213,7 @@ class Confinement:
         install: bool = False,
         uv_cache: Path | None = None,
         info_fd: int | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         if self.sandbox is None:
             return argv
@@ -226,6 +228,7 @@ class Confinement:
                 uv=uv_binary() if install else None,
                 uv_cache=uv_cache,
                 info_fd=info_fd,
+                seccomp_fd=seccomp_fd,
             )
         except SandboxError as exc:
             raise ConfinementError(f"InternalServerError: {exc}") from exc
@@ -267,23 +270,40 @@ class Confinement:
         `agent_shell`); `pass_fds` are descriptors it inherits (a shell's socket pair).
         """
         bare = exec_only or install
-        info = os.pipe() if self.sandbox is not None else None
+        seccomp = self._seccomp()
         try:
-            command = self._command(
-                [python, "-S", "-c", boot] if bare else [python, "-c", boot],
-                python,
-                install=install,
-                uv_cache=uv_cache,
-                info_fd=info[1] if info else None,
-            )
-        except ConfinementError:
-            if info:
-                os.close(info[0])
-                os.close(info[1])
-            raise
-        # Only a parked interpreter with `site` can stand for `python SCRIPT` later.
-        key = ("install",) if install else ("exec",) if exec_only else self.key(python)
-        return Zygote.start(key, command, self.base_env(python), info, pass_fds)
+            info = os.pipe() if self.sandbox is not None else None
+            try:
+                command = self._command(
+                    [python, "-S", "-c", boot] if bare else [python, "-c", boot],
+                    python,
+                    install=install,
+                    uv_cache=uv_cache,
+                    info_fd=info[1] if info else None,
+                    seccomp_fd=seccomp,
+                )
+            except ConfinementError:
+                if info:
+                    os.close(info[0])
+                    os.close(info[1])
+                raise
+            # Only a parked interpreter with `site` can stand for `python SCRIPT` later.
+            key = ("install",) if install else ("exec",) if exec_only else self.key(python)
+            fds = pass_fds if seccomp is None else (*pass_fds, seccomp)
+            return Zygote.start(key, command, self.base_env(python), info, fds)
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)  # bwrap has its own (or never started)
+
+    def _seccomp(self) -> int | None:
+        """A descriptor of the sandbox's system-call filter for one start (none
+        unconfined)."""
+        if self.sandbox is None:
+            return None
+        try:
+            return sandbox_seccomp.descriptor()
+        except sandbox_seccomp.SeccompError as exc:
+            raise ConfinementError(f"InternalServerError: {exc}") from exc
 
     def run(
         self,

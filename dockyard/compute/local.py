@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.clock import monotonic
-from dockyard.compute import agent_exec, agent_shell
+from dockyard.compute import agent_exec, agent_shell, sandbox_uids
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_forks import MODULE as AGENT_MODULE
 from dockyard.compute.agent_forks import AgentForks, ForkServerError
@@ -42,10 +42,9 @@ log = logging.getLogger(__name__)
 # How an agent's command line shows it, whether forked or started as a new interpreter.
 AGENT_MARKER = AGENT_MODULE.encode()
 
-# Sandbox users: far above any uid a distribution or a person hands out, below 2^31
-# (some tools still read uids as signed 32-bit numbers).
-SANDBOX_UID_BASE = 2_100_000_000
-SANDBOX_UID_COUNT = 40_000_000
+# Sandbox users' uids (given out by the host's registry, `sandbox_uids`).
+SANDBOX_UID_BASE = sandbox_uids.BASE
+SANDBOX_UID_COUNT = sandbox_uids.COUNT
 
 
 def end_agents(data_dir: Path, grace: float = 5.0) -> None:
@@ -127,15 +126,23 @@ def _wake(home: Path) -> None:
 
 class LocalBackend(InstanceFiles):
     def __init__(
-        self, data_dir: Path, gpu_shares: Mapping[str, list[tuple[int, ...]]] | None = None
+        self,
+        data_dir: Path,
+        gpu_shares: Mapping[str, list[tuple[int, ...]]] | None = None,
+        *,
+        agents_end_with_owner: bool = False,
     ) -> None:
+        """`agents_end_with_owner`: the instances are this process's (a Ray actor's),
+        so their agents end with it rather than outlive it (`agent_forks`)."""
         super().__init__(Path(data_dir).resolve() / "instances")
         # The host's GPUs, by pool, handed to instances as they start (`gpus`).
         self.gpus = GpuShares(Path(data_dir).resolve() / "gpus", gpu_shares or {})
         self.uids = Path(data_dir).resolve() / "sandbox" / "uids"
         # Agents come from the fork server (`agent_forks`), which reaps them; until an
         # agent has written its agent.pid, its PID is known from here.
-        self._forks = AgentForks(Path(data_dir).resolve() / "agent-forks.log")
+        self._forks = AgentForks(
+            Path(data_dir).resolve() / "agent-forks.log", end_with_owner=agents_end_with_owner
+        )
         self._forked: dict[str, int] = {}
         # Handles of agents this process started itself (when the fork server could
         # not), so they are reaped rather than left as zombies; agents from before a
@@ -145,28 +152,14 @@ class LocalBackend(InstanceFiles):
             sweep_networks(self.root)  # of agents that died while the server was down
 
     def sandbox_uid(self, account_id: str) -> int:
-        """The account's sandbox user: the same for all its instances, never another's.
+        """The account's sandbox user: the same for all its instances, never another
+        account's - nor any other data dir's on this host (`sandbox_uids`).
 
-        Given out in order and kept (a file per account), so a restart answers the same.
+        Kept in the host's registry, so a restart answers the same; the data dir's own
+        file per account (where uids were kept before) follows it.
         """
-        path = self.uids / (account_id or "-")
-        try:
-            return int(path.read_text())
-        except (FileNotFoundError, ValueError):
-            pass
-        self.uids.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.uids / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                return int(path.read_text())
-            except (FileNotFoundError, ValueError):
-                pass
-            taken = len([p for p in self.uids.iterdir() if not p.name.startswith(".")])
-            if taken >= SANDBOX_UID_COUNT:
-                raise RuntimeError("every sandbox uid is taken")
-            uid = SANDBOX_UID_BASE + taken
-            write_private(path, str(uid))
-            return uid
+        account = account_id or "-"
+        return sandbox_uids.registry().uid(self.uids.parent.parent, account, self.uids / account)
 
     def _with_uid(self, spec: dict[str, Any], gpus: tuple[int, ...] = ()) -> dict[str, Any]:
         """The spec as the agent gets it: with its account's sandbox user, and the GPUs

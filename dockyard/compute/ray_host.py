@@ -46,7 +46,10 @@ def host_class() -> Any:
 
         def __init__(self, node_data_dir: str) -> None:
             self.node_data_dir = Path(node_data_dir)
-            self.backend = LocalBackend(self.node_data_dir)
+            # The instance is this actor's: its agent, sandboxes and slirp4netns end
+            # with the actor's process, however it ends (ray.kill, its node or the
+            # cluster shut down) - not left running on a node nothing asks any more.
+            self.backend = LocalBackend(self.node_data_dir, agents_end_with_owner=True)
             # (job key, host) of each instance it ran: the pool's own and its later jobs.
             self.instances: set[tuple[str, str]] = set()
 

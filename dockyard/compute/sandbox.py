@@ -16,7 +16,8 @@ sandbox made with bubblewrap (`bwrap`), the tool Flatpak builds its sandboxes wi
 - an unprivileged uid of its account's own, no capabilities (the bounding set emptied
   too) and no new privileges, switched to by `setpriv` after bwrap (run as root) has
   made the mounts - bwrap's own user namespace would map the sandbox uid to root;
-- the cgroup of its instance (`sandbox_limits`), joined before anything runs.
+- the cgroup of its instance (`sandbox_limits`), joined before anything runs;
+- a system-call filter (`sandbox_seccomp`): no kernel keyrings, which outlive namespaces.
 
 bwrap, nsenter and setpriv run as root, so nothing a job controls reaches them: they
 get a fixed environment, and the job's environment travels on the parked
@@ -256,11 +257,16 @@ class Sandbox:
         uv: str | None = None,
         uv_cache: Path | None = None,
         info_fd: int | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         """`argv` (paths as the sandbox sees them) run in this instance's sandbox.
 
         `python` is the interpreter installation to show it (a host path; for a job
         running in the instance's venv, the interpreter the venv was made from).
+        `info_fd` and `seccomp_fd` are descriptors of one start, handed to bwrap: where
+        it reports the sandbox's PID, and the system-call filter to read
+        (`sandbox_seccomp.descriptor()`). Every command that is run has one; only an
+        argv kept to compare with (`Confinement.key`) goes without.
         """
         args = [
             tool("bwrap"),
@@ -314,6 +320,8 @@ class Sandbox:
         args += ["--chdir", "/"]
         if info_fd is not None:
             args += ["--info-fd", str(info_fd)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         # Root inside bwrap only long enough for setpriv to become the job's user.
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         args += ["--", *_setpriv(self.uid), "--", *argv]

@@ -15,8 +15,17 @@ the others take a descriptor of it from a member, checked to be that namespace -
 holds it by that descriptor until it leaves when it shuts down, under a lock; the last
 to leave stops slirp4netns, and the namespace ends with the last reference to it. It
 is never mounted: a mount per running job would slow every sandbox's start (see
-`sandbox_netns`). Agents that died without leaving are noticed by whoever takes the
-lock next, and `sweep` stops what no live agent holds (the backend runs it).
+`sandbox_netns`).
+
+slirp4netns ends with the last agent however the agents end (SIGKILLed, or killed
+while it was starting, before its PID was written down): it watches the reading end of
+a pipe (`--exit-fd`) whose writing end only the members hold - the first makes it,
+each other takes its own from a member as it takes the namespace - and exits once the
+last is closed, which the kernel does for a process that dies. Agents that died
+without leaving are also noticed by whoever takes the lock next, and `sweep` stops
+what no live agent holds (the backend runs it; an older dockyard's slirp4netns has no
+pipe). Before a job runs, the namespace refuses the host's own addresses and link-local
+ones (`sandbox_routes`).
 """
 
 from __future__ import annotations
@@ -26,12 +35,14 @@ import hashlib
 import os
 import select
 import signal
+import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from dockyard.compute import sandbox_netns as netns
+from dockyard.compute import sandbox_routes as routes
 
 # slirp4netns is ready in milliseconds on its own; a host starting hundreds of
 # instances at once on two cores took over 10 s (issue 13's 1,000 trivial jobs).
@@ -60,6 +71,8 @@ class HomeNetwork:
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:20]
         self.name = f"dockyard-{digest}"  # its name under /run/netns, in older versions
         self._fd: int | None = None  # this agent's descriptor of it, while it is a member
+        # This agent's writing end of slirp4netns's exit pipe, while it is a member.
+        self._exit: int | None = None
 
     @property
     def path(self) -> str:
@@ -86,24 +99,28 @@ class HomeNetwork:
 
     def join(self, member: str, pid: int) -> str:
         """Add an instance's agent (`pid`, this process); answer the namespace's path
-        (made if need be). The agent holds a descriptor of it until it leaves."""
+        (made if need be). The agent holds a descriptor of it (and one of slirp4netns's
+        exit pipe) until it leaves."""
         with self._locked():
             alive = self._prune()
-            fd = self._adopt(alive) if self._up() else None
-            if fd is None:
+            held = self._adopt(alive) if self._up() else None
+            if held is None:
                 self._teardown()
-                fd = self._create()
-            self._fd = fd
-            record = f"{pid} {fd} {netns.inode(fd)}"
+                held = self._create()
+            self._fd, self._exit = held
+            record = f"{pid} {self._fd} {netns.inode(self._fd)}"
+            if self._exit is not None:
+                record += f" {self._exit} {os.fstat(self._exit).st_ino}"
             (self.dir / "members" / member).write_text(record)
         return self.path
 
     def leave(self, member: str) -> None:
         with self._locked():
             (self.dir / "members" / member).unlink(missing_ok=True)
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            for fd in (self._fd, self._exit):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._exit = None
             if not self._prune():
                 self._teardown()
 
@@ -115,10 +132,11 @@ class HomeNetwork:
             if not self._prune():
                 self._teardown()
 
-    def _prune(self) -> dict[str, tuple[int, int, int]]:
-        """Forget members whose agent is gone; answer those left: (pid, the descriptor
-        it holds the namespace by, the namespace's inode)."""
-        alive: dict[str, tuple[int, int, int]] = {}
+    def _prune(self) -> dict[str, list[int]]:
+        """Forget members whose agent is gone; answer those left: pid, the descriptor it
+        holds the namespace by, the namespace's inode, and (if it holds one) the
+        descriptor of its end of slirp4netns's exit pipe and the pipe's inode."""
+        alive: dict[str, list[int]] = {}
         for entry in (self.dir / "members").iterdir():
             try:
                 fields = [int(field) for field in entry.read_text().split()]
@@ -127,27 +145,30 @@ class HomeNetwork:
             pid = fields[0] if fields else 0
             if pid and _process_is(pid, AGENT_MODULE):
                 # An older dockyard's member names no descriptor: it cannot be joined.
-                held = (fields[1], fields[2]) if len(fields) >= 3 else (-1, 0)
-                alive[entry.name] = (pid, *held)
+                alive[entry.name] = fields if len(fields) >= 3 else [pid, -1, 0]
             else:
                 entry.unlink(missing_ok=True)
         return alive
 
-    def _adopt(self, alive: dict[str, tuple[int, int, int]]) -> int | None:
-        """A descriptor of the namespace a live member holds; None if none can be had.
-        What its descriptor number names now is checked to be that namespace still."""
-        for pid, fd, inode in alive.values():
+    def _adopt(self, alive: dict[str, list[int]]) -> tuple[int, int | None] | None:
+        """Descriptors of the namespace and of slirp4netns's exit pipe that a live member
+        holds (the pipe's None if its slirp4netns has none: an older dockyard's); None
+        if none can be had. What each descriptor number names now is checked to be what
+        the member recorded still."""
+        for fields in alive.values():
+            pid, fd, inode = fields[:3]
             if fd < 0:
                 continue
-            try:
-                found = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            found = _open_checked(pid, fd, inode, os.O_RDONLY, netns.is_network_namespace)
+            if found is None:
                 continue
-            try:
-                if netns.is_network_namespace(found) and netns.inode(found) == inode:
-                    return found
-            except OSError:
-                pass
+            if len(fields) < 5:
+                return found, None
+            exit_fd, exit_inode = fields[3:5]
+            # A pipe opened for writing needs a reader: slirp4netns, still there.
+            held = _open_checked(pid, exit_fd, exit_inode, os.O_WRONLY | os.O_NONBLOCK, _is_fifo)
+            if held is not None:
+                return found, held
             os.close(found)
         return None
 
@@ -165,23 +186,40 @@ class HomeNetwork:
             return False
         return mode == self._mode and (self.isolated or self._slirp_pid() is not None)
 
-    def _create(self) -> int:
+    def _create(self) -> tuple[int, int | None]:
         try:
             fd = netns.new()
         except netns.NetnsError as exc:
             raise NetworkError(f"could not make the job's network namespace: {exc}") from exc
+        exit_write = None
         try:
             if not self.isolated:
-                self._start_slirp(f"/proc/{os.getpid()}/fd/{fd}")
+                namespace = f"/proc/{os.getpid()}/fd/{fd}"
+                exit_write = self._start_slirp(namespace)
+                self._refuse_host(namespace)
         except NetworkError:
-            os.close(fd)
+            for held in (fd, exit_write):
+                if held is not None:
+                    os.close(held)
             self._teardown()
             raise
         (self.dir / "mode").write_text(self._mode)
-        return fd
+        return fd, exit_write
 
-    def _start_slirp(self, namespace: str) -> None:
+    @staticmethod
+    def _refuse_host(namespace: str) -> None:
+        """The host's addresses (as this agent's network has them) and link-local ones
+        refused inside the namespace, before any job runs there."""
+        try:
+            refused = routes.refused(routes.host_addresses())
+            netns.enter(namespace, lambda: routes.prohibit(refused))
+        except (routes.RoutesError, netns.NetnsError, OSError) as exc:
+            raise NetworkError(f"could not shut the host out of the job's network: {exc}") from exc
+
+    def _start_slirp(self, namespace: str) -> int:
+        """Start slirp4netns for `namespace`; answer the writing end of its exit pipe."""
         ready_read, ready_write = os.pipe()
+        exit_read, exit_write = os.pipe()
         try:
             with open(self.dir / "slirp.log", "ab") as log:
                 process = subprocess.Popen(
@@ -201,6 +239,8 @@ class HomeNetwork:
                         "--enable-sandbox",
                         "--enable-seccomp",
                         f"--ready-fd={ready_write}",
+                        # It exits once no member holds the pipe's other end.
+                        f"--exit-fd={exit_read}",
                         "--netns-type=path",
                         namespace,
                         "tap0",
@@ -208,8 +248,10 @@ class HomeNetwork:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    pass_fds=(ready_write,),
-                    start_new_session=True,  # it outlives the agent that started it
+                    pass_fds=(ready_write, exit_read),
+                    # Its own session: it outlives the agent that started it, while
+                    # other members hold its exit pipe.
+                    start_new_session=True,
                     cwd="/",
                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 )
@@ -224,11 +266,16 @@ class HomeNetwork:
                     f"slirp4netns did not bring the job's network up{waited}: "
                     + (self.dir / "slirp.log").read_text(errors="replace")[-500:]
                 )
+        except BaseException:
+            os.close(exit_write)
+            raise
         finally:
             os.close(ready_read)
+            os.close(exit_read)
             if ready_write >= 0:
                 os.close(ready_write)
         (self.dir / "slirp.pid").write_text(str(process.pid))
+        return exit_write
 
     def _teardown(self) -> None:
         pid = self._slirp_pid()
@@ -244,6 +291,28 @@ class HomeNetwork:
                 pass  # looked at again by the next sweep
         for name in ("mode", "slirp.pid"):
             (self.dir / name).unlink(missing_ok=True)
+
+
+def _open_checked(
+    pid: int, fd: int, inode: int, flags: int, kind: Callable[[int], bool]
+) -> int | None:
+    """A descriptor of what process `pid`'s descriptor `fd` names, if that is still the
+    `kind` of thing with `inode` it was recorded as; None otherwise."""
+    try:
+        found = os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if kind(found) and os.fstat(found).st_ino == inode:
+            return found
+    except OSError:
+        pass
+    os.close(found)
+    return None
+
+
+def _is_fifo(fd: int) -> bool:
+    return stat.S_ISFIFO(os.fstat(fd).st_mode)
 
 
 def sweep(instances: Path) -> None:

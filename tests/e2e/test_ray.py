@@ -459,9 +459,15 @@ header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
 packet = header[:10] + struct.pack("!H", checksum(header)) + header[12:] + udp
 target = (os.environ["SM_HP_TARGET"], int(os.environ["SM_HP_PORT"]))
 out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(200):
-    out.sendto(random.randbytes(16) + packet, target)
-print("sent", 200, flush=True)
+try:
+    for _ in range(200):
+        out.sendto(random.randbytes(16) + packet, target)
+    print("sent", 200, flush=True)
+except PermissionError:
+    # The node is this job's own host, whose addresses its network refuses (here, with
+    # every node on one machine, always; tests/compute/test_overlay.py forges from
+    # elsewhere).
+    print("refused", flush=True)
 # Straight at the victim's job address (its way out routes it to the outside world).
 for _ in range(20):
     out.sendto(b"direct", ("10.254.0.1", 9999))
@@ -493,7 +499,7 @@ def test_another_job_cannot_get_into_a_job_network(ray_server: DockyardServer) -
     done = wait(server, "attacker", lambda j: j["TrainingJobStatus"] != "InProgress")
     assert done["TrainingJobStatus"] == "Completed", done.get("FailureReason")
     said = log_of(server, "attacker/algo-1")
-    assert said[0] == "sent 200", said
+    assert said[0] in ("sent 200", "refused"), said
     assert said[1] == "direct sent", said
 
     time.sleep(2)  # what was sent has been read or dropped by now
