@@ -312,3 +312,203 @@ def test_objects_outlive_a_restart(tmp_path: Path) -> None:
         assert code(error) == "AccessDenied"
     finally:
         server.stop()
+
+
+# -- One request, one reading (issue 25, B1) ------------------------------------------
+#
+# The attack: sign a request for the path the gateway will serve (another account's
+# object), and send a request line the front door once read as the caller's own bucket.
+# Literal dot segments were removed by httpx on the way (so the gateway served
+# /victim/key); percent-encoded ones are decoded by the gateway. Each is now refused
+# before anything is sent on, with 400 InvalidURI.
+
+VICTIM, OWN, SECRET = "victim-b1", "thief-b1", b"the victim's secret"
+# (request line's path, the path signed: what the gateway would have served).
+DOT_PATHS: dict[str, tuple[str, str]] = {
+    "own/../": (f"/{OWN}/../{{rest}}", "/{rest}"),
+    "x/../": ("/x/../{rest}", "/{rest}"),
+    "/./": ("/./{rest}", "/{rest}"),
+    ";/../": (f"/{OWN};/../{{rest}}", "/{rest}"),
+    "%2e%2e": (f"/{OWN}/%2e%2e/{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%2E%2E": (f"/{OWN}/%2E%2E/{{rest}}", f"/{OWN}/../{{rest}}"),
+    ".%2e": (f"/{OWN}/.%2e/{{rest}}", f"/{OWN}/../{{rest}}"),
+    "..%2f": (f"/{OWN}/..%2f{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%2F..%2F": (f"/{OWN}%2F..%2F{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%252e%252e": (f"/{OWN}/%252e%252e/{{rest}}", f"/{OWN}/%2e%2e/{{rest}}"),
+    "//": ("//{rest}", "/{rest}"),
+}
+
+
+def sigv4_request(
+    server: DockyardServer,
+    key: tuple[str, str],
+    method: str,
+    signed_path: str,
+    line_path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    presigned: bool = False,
+    host: str | None = None,
+) -> tuple[int, bytes]:
+    """Sign for `signed_path` (botocore, as S3 signs) and send `line_path` as the request
+    line's target, byte for byte: (status, body)."""
+    import hashlib
+    import http.client
+
+    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    host = host or f"127.0.0.1:{server.port}"
+    fields = dict(headers or {})
+    if not presigned:
+        fields["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+    request = AWSRequest(
+        method=method, url=f"http://{host}{signed_path}", data=body, headers=fields
+    )
+    if presigned:
+        S3SigV4QueryAuth(Credentials(*key), "s3", "us-east-1", expires=300).add_auth(request)
+        line_path += ("&" if "?" in line_path else "?") + request.url.split("?", 1)[1]
+    else:
+        S3SigV4Auth(Credentials(*key), "s3", "us-east-1").add_auth(request)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.putrequest(method, line_path, skip_host=True, skip_accept_encoding=True)
+        connection.putheader("Host", host)
+        for name, value in request.headers.items():
+            if name.lower() != "host":
+                connection.putheader(name, value)
+        if method in ("PUT", "POST"):
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body or None)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def thief(server: DockyardServer) -> tuple[str, str]:
+    """The victim (the development account) holds VICTIM/key; the thief, an account of
+    its own, owns OWN. Answers the thief's key."""
+    victim = server.client("s3")
+    victim.create_bucket(Bucket=VICTIM)
+    victim.put_object(Bucket=VICTIM, Key="key", Body=SECRET)
+    _, key = server.new_account("thief-b1")
+    server.client("s3", key=key).create_bucket(Bucket=OWN)
+    return key
+
+
+def victims_keys(server: DockyardServer) -> list[str]:
+    listed = server.client("s3").list_objects_v2(Bucket=VICTIM).get("Contents", [])
+    return sorted(o["Key"] for o in listed)
+
+
+@pytest.mark.parametrize("operation", ["get", "list", "put", "delete", "presigned get"])
+def test_dot_segments_never_reach_another_accounts_bucket(
+    server: DockyardServer, thief: tuple[str, str], operation: str
+) -> None:
+    method = {"list": "GET", "put": "PUT", "delete": "DELETE"}.get(operation, "GET")
+    rest = VICTIM if operation == "list" else f"{VICTIM}/key"
+    query = "?list-type=2" if operation == "list" else ""
+    body = b"planted by the thief" if operation == "put" else b""
+    for encoding, (line, signed) in DOT_PATHS.items():
+        status, answer = sigv4_request(
+            server,
+            thief,
+            method,
+            signed.format(rest=rest) + query,
+            line.format(rest=rest) + query,
+            body,
+            presigned=operation == "presigned get",
+        )
+        assert status == 400 and b"<Code>InvalidURI</Code>" in answer, (encoding, answer)
+        assert SECRET not in answer and b"<Key>key</Key>" not in answer, encoding
+    assert victims_keys(server) == ["key"]
+    assert server.client("s3").get_object(Bucket=VICTIM, Key="key")["Body"].read() == SECRET
+
+
+def test_a_copy_source_names_its_bucket_once(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    for source in (
+        f"/{OWN}/../{VICTIM}/key",
+        f"/x/../{VICTIM}/key",
+        f"/./{VICTIM}/key",
+        f"//{VICTIM}/key",
+        f"{OWN}/%2e%2e/{VICTIM}/key",
+        f"{OWN}/%2E%2E/{VICTIM}/key",
+        f"{OWN}/..%2F{VICTIM}%2Fkey",
+        f"{OWN}%2F..%2F{VICTIM}%2Fkey",  # the gateway panicked on this one
+        f"{OWN}/%252e%252e/{VICTIM}/key",
+        f"{VICTIM.replace('-', '%2D')}/key",  # a bucket the gateway does not decode
+    ):
+        path = f"/{OWN}/stolen"
+        status, answer = sigv4_request(
+            server, thief, "PUT", path, path, headers={"x-amz-copy-source": source}
+        )
+        assert status == 400 and b"<Code>InvalidArgument</Code>" in answer, (source, answer)
+        assert b"x-amz-copy-source" in answer, (source, answer)
+    s3 = server.client("s3", key=thief)
+    assert "Contents" not in s3.list_objects_v2(Bucket=OWN, Prefix="stolen")
+
+
+def test_keys_with_dots_inside_a_segment_still_work(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    s3 = server.client("s3", key=thief)
+    keys = ["a..b", ".hidden", "x.y", "...", "dir/.hidden/..b/c.", "dots/..x/.y./z"]
+    for key in keys:
+        s3.put_object(Bucket=OWN, Key=key, Body=key.encode())
+        assert s3.get_object(Bucket=OWN, Key=key)["Body"].read() == key.encode()
+    s3.copy_object(Bucket=OWN, Key="copy/a..b", CopySource={"Bucket": OWN, "Key": "a..b"})
+    assert s3.get_object(Bucket=OWN, Key="copy/a..b")["Body"].read() == b"a..b"
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=OWN)["Contents"]]
+    assert set(keys) | {"copy/a..b"} <= set(listed)
+    presigner = server.client("s3", key=thief, signature_version="s3v4")
+    url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": ".hidden"})
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.read() == b".hidden"
+    # A key that *is* a dot segment cannot be written: here an object is a file.
+    with pytest.raises(ClientError) as error:
+        s3.put_object(Bucket=OWN, Key="dir/../x", Body=b"")
+    assert code(error) == "InvalidURI"
+
+
+def test_a_bucket_the_gateway_made_is_its_makers(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # The gateway creates a bucket for a PUT the front door did not take for a
+    # CreateBucket (a stray query, trailing slashes): it is still the caller's, not left
+    # unowned (which made it the development account's).
+    for bucket, target in (("squat-b1", "/squat-b1?=x"), ("squat-b2", "/squat-b2//")):
+        status, answer = sigv4_request(server, thief, "PUT", target, target)
+        assert status == 200, answer
+        assert bucket in [
+            b["Name"] for b in server.client("s3", key=thief).list_buckets()["Buckets"]
+        ]
+        assert bucket not in [b["Name"] for b in server.client("s3").list_buckets()["Buckets"]]
+        with pytest.raises(ClientError) as error:
+            server.client("s3").put_object(Bucket=bucket, Key="k", Body=b"")
+        assert code(error) == "AccessDenied"
+    status, _ = sigv4_request(server, thief, "DELETE", "/squat-b2?x", "/squat-b2?x")
+    assert status == 204
+    server.client("s3").create_bucket(Bucket="squat-b2")  # forgotten, so free again
+
+
+def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # Not paths the front door reads, but the gateway's own: a listing's prefix, the
+    # keys of a DeleteObjects body, the Host header (path-style only).
+    s3 = server.client("s3", key=thief)
+    for prefix in (f"../{VICTIM}/", "../", f"x/../../{VICTIM}/"):
+        page = s3.list_objects_v2(Bucket=OWN, Prefix=prefix)
+        assert "Contents" not in page and "CommonPrefixes" not in page, prefix
+    s3.delete_objects(Bucket=OWN, Delete={"Objects": [{"Key": f"../{VICTIM}/key"}]})
+    for host in (f"{VICTIM}.127.0.0.1:{server.port}", f"{VICTIM}.s3.amazonaws.com"):
+        status, answer = sigv4_request(server, thief, "GET", "/key", "/key", host=host)
+        assert status == 404 and SECRET not in answer, (host, answer)
+    assert victims_keys(server) == ["key"]
