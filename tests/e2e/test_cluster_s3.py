@@ -148,7 +148,7 @@ def s3(method, line, signed_path, body=b"", headers=None, presign=False):
     if method in ("PUT", "POST"):
         head += f"Content-Length: {len(body)}\r\n"
     answer = exchange(head.encode() + b"\r\n" + body)
-    return [answer.split("\r\n")[0], "the stranger's" in answer or "secret.txt" in answer]
+    return [answer.split("\r\n")[0], "the stranger's" in answer or "<Key>secret" in answer]
 
 
 paths = {
@@ -185,7 +185,7 @@ for name, raw in {
     "metrics": f"GET /metrics?X-Amz-Credential={quote(scope[:-12] + 'x', safe='')} HTTP/1.1",
     "healthz": f"GET /healthz?x-amz-credential={quote(scope, safe='')} HTTP/1.1",
     "console": "GET /console/signin HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential="
-    + scope.replace("/", "\xa0", 1) + ", SignedHeaders=host, Signature=00",
+    + scope.replace("/", "\xa0x/", 1) + ", SignedHeaders=host, Signature=00",
 }.items():
     answer = exchange((raw + "\r\nHost: h\r\nConnection: close\r\n\r\n").encode("latin-1"))
     report("server page " + name, answer.split("\r\n")[0])
