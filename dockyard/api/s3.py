@@ -173,10 +173,16 @@ class S3Front:
         return response
 
     async def _handle(self, request: Request) -> Response:
-        signed = signing_service(request)
-        if signed is None:
+        if signing_service(request) is None:
             return _error("AccessDenied", "Anonymous access is not allowed: sign the request", 403)
-        record = await self._run(self.keys.get, signed[0])
+        raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        try:
+            # The key the gateway will verify the signature of: its account is checked.
+            key_id, _ = addressing.credential(request.headers.getlist("authorization"), query)
+        except addressing.AddressError as exc:
+            return _error(exc.code, exc.message, 400)
+        record = await self._run(self.keys.get, key_id)
         if record is None:
             return _error(
                 "InvalidAccessKeyId",
@@ -184,8 +190,6 @@ class S3Front:
                 403,
             )
         account = record.account_id
-        raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
-        query = request.scope.get("query_string", b"").decode("latin-1")
         try:
             address = addressing.parse(raw_path, query)
             copied_from = _copy_source_bucket(request)

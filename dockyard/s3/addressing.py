@@ -22,6 +22,7 @@ as S3 at all - the same question the server asks.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
@@ -30,6 +31,25 @@ from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 # As `dockyard.api.sigv4` reads an Authorization header's credential.
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
+# An Authorization header as SigV4 clients write it, read whole (the gateway reads one
+# more leniently, so only a header read whole here is read the same way there).
+_AUTHORIZATION = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=([A-Za-z0-9]+)/[0-9]{8}/[a-z0-9-]+/([a-z0-9-]+)/aws4_request,"
+    r" ?SignedHeaders=[a-z0-9;-]+, ?Signature=[0-9a-f]{64}"
+)
+_QUERY_CREDENTIAL = re.compile(r"([A-Za-z0-9]+)/[0-9]{8}/[a-z0-9-]+/([a-z0-9-]+)/aws4_request")
+# A presigned URL's parameters (lower-cased), each named once.
+_QUERY_AUTH = frozenset(
+    {
+        "x-amz-algorithm",
+        "x-amz-credential",
+        "x-amz-date",
+        "x-amz-expires",
+        "x-amz-signedheaders",
+        "x-amz-signature",
+        "x-amz-security-token",
+    }
+)
 # What a request target is made of (RFC 9112: visible ASCII); `#` never is part of one.
 _TARGET_CHARS = re.compile(r"[\x21-\x22\x24-\x7e]*")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -142,6 +162,53 @@ def copy_source(value: str) -> tuple[str, str]:
             "key, percent-encoded or not",
         )
     return bucket, key
+
+
+def credential(authorizations: Sequence[str], query: str) -> tuple[str, str]:
+    """(access key id, service) of the one credential a request is signed with: the one
+    the gateway verifies the signature of, so the account the front door checks is the
+    signer's. The gateway reads a credential leniently - the Authorization header if it
+    is there (spaces anywhere removed first), else the query's first `X-Amz-Credential`
+    - while the front door once read the first credential its pattern found, header or
+    query, the query's last: a request naming the victim's key where the front door
+    looked and the thief's where the gateway looked was served as the victim's. So a
+    request must name one credential, in the form SigV4 clients write it, in one place;
+    AddressError otherwise."""
+    if len(authorizations) > 1:
+        raise AddressError("InvalidArgument", "The request has more than one Authorization header")
+    header = authorizations[0] if authorizations else ""
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    in_query = [name for name in names if name.lower() in _QUERY_AUTH]
+    if header:
+        if in_query:
+            raise AddressError(
+                "InvalidArgument",
+                "Only one auth mechanism allowed: the Authorization header or the "
+                f"X-Amz-* query parameters, not both (the query has {in_query[0]})",
+            )
+        match = _AUTHORIZATION.fullmatch(header)
+        if match is None:
+            raise AddressError(
+                "AuthorizationHeaderMalformed",
+                "The Authorization header must be 'AWS4-HMAC-SHA256 Credential=KEY/DATE/"
+                "REGION/SERVICE/aws4_request, SignedHeaders=..., Signature=...', written "
+                "without spaces inside its fields",
+            )
+        return match.group(1), match.group(2)
+    lowered = [name.lower() for name in in_query]
+    repeated = next((name for name in in_query if lowered.count(name.lower()) > 1), None)
+    if repeated is not None:
+        raise AddressError(
+            "AuthorizationQueryParametersError", f"The query names {repeated} more than once"
+        )
+    values = [value for name, value in parse_qsl(query) if name == "X-Amz-Credential"]
+    found = _QUERY_CREDENTIAL.fullmatch(values[0]) if values else None
+    if found is None:
+        raise AddressError(
+            "AuthorizationQueryParametersError",
+            "X-Amz-Credential must be KEY/DATE/REGION/SERVICE/aws4_request",
+        )
+    return found.group(1), found.group(2)
 
 
 def credential_scope(authorization: str) -> tuple[str, str] | None:

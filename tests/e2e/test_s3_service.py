@@ -353,7 +353,6 @@ def sigv4_request(
     """Sign for `signed_path` (botocore, as S3 signs) and send `line_path` as the request
     line's target, byte for byte: (status, body)."""
     import hashlib
-    import http.client
 
     from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
     from botocore.awsrequest import AWSRequest
@@ -371,13 +370,21 @@ def sigv4_request(
         line_path += ("&" if "?" in line_path else "?") + request.url.split("?", 1)[1]
     else:
         S3SigV4Auth(Credentials(*key), "s3", "us-east-1").add_auth(request)
+    headers = {name: value for name, value in request.headers.items() if name.lower() != "host"}
+    return send_line(server, method, line_path, {"Host": host, **headers}, body)
+
+
+def send_line(
+    server: DockyardServer, method: str, target: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, bytes]:
+    """One request whose request line's target is `target`, byte for byte."""
+    import http.client
+
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
-        connection.putrequest(method, line_path, skip_host=True, skip_accept_encoding=True)
-        connection.putheader("Host", host)
-        for name, value in request.headers.items():
-            if name.lower() != "host":
-                connection.putheader(name, value)
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
         if method in ("PUT", "POST"):
             connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(body or None)
@@ -512,3 +519,92 @@ def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
         status, answer = sigv4_request(server, thief, "GET", "/key", "/key", host=host)
         assert status == 404 and SECRET not in answer, (host, answer)
     assert victims_keys(server) == ["key"]
+
+
+def presign_by_hand(host: str, path: str, key: tuple[str, str], extra: list[str]) -> str:
+    """A SigV4 presigned GET target for `path`, its query ending with `extra` (encoded
+    `name=value` pairs), all of them signed."""
+    import hashlib
+    import hmac
+    from datetime import UTC, datetime
+    from urllib.parse import quote
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    scope = f"{stamp[:8]}/us-east-1/s3/aws4_request"
+    pairs = [
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+        f"X-Amz-Credential={quote(f'{key[0]}/{scope}', safe='')}",
+        f"X-Amz-Date={stamp}",
+        "X-Amz-Expires=300",
+        "X-Amz-SignedHeaders=host",
+        *extra,
+    ]
+    # Sorted by name, a repeated name's values in their order (as the gateway sorts).
+    ordered = sorted(pairs, key=lambda pair: pair.split("=", 1)[0])
+    canonical = "\n".join(
+        ["GET", path, "&".join(ordered), f"host:{host}\n", "host", "UNSIGNED-PAYLOAD"]
+    )
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    text = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{digest}"
+    signing = ("AWS4" + key[1]).encode()
+    for part in (stamp[:8], "us-east-1", "s3", "aws4_request"):
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(signing, text.encode(), hashlib.sha256).hexdigest()
+    return f"{path}?{'&'.join(pairs)}&X-Amz-Signature={signature}"
+
+
+def test_the_account_checked_is_the_one_that_signed(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # The gateway verifies the Authorization header if there is one (read leniently:
+    # spaces removed), else the query's first X-Amz-Credential; the front door once took
+    # the first credential its pattern found, the query's last. Naming the victim's key
+    # where the front door looked, and signing with the thief's where the gateway
+    # looked, read the victim's object.
+    import hashlib
+    from urllib.parse import quote
+
+    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    host = f"127.0.0.1:{server.port}"
+    victims = quote(f"{server.credentials()[0]}/20260101/us-east-1/s3/aws4_request", safe="")
+    named = f"X-Amz-Credential={victims}"
+    path = f"/{VICTIM}/key"
+    attempts: dict[str, tuple[str, dict[str, str]]] = {}
+    # A presigned URL with a second credential, the victim's, last (signed by hand:
+    # botocore keeps one value of a repeated parameter in what it signs).
+    attempts["two query credentials"] = (presign_by_hand(host, path, thief, [named]), {})
+    # A header the front door could not read (a space in its credential) beside a query
+    # credential naming the victim.
+    signed = AWSRequest(
+        method="GET",
+        url=f"http://{host}{path}?{named}",
+        headers={"x-amz-content-sha256": hashlib.sha256(b"").hexdigest()},
+    )
+    S3SigV4Auth(Credentials(*thief), "s3", "us-east-1").add_auth(signed)
+    headers = {k: v for k, v in signed.headers.items() if k.lower() != "host"}
+    headers["Authorization"] = headers["Authorization"].replace("/", " /", 1)
+    attempts["unreadable header"] = (f"{path}?{named}", headers)
+    # A header naming the victim's key beside the thief's presigned query (the gateway
+    # refused this one already: it verifies the header).
+    own = AWSRequest(method="GET", url=f"http://{host}{path}")
+    S3SigV4QueryAuth(Credentials(*thief), "s3", "us-east-1", expires=300).add_auth(own)
+    victim_header = {
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={server.credentials()[0]}/20260101/"
+        f"us-east-1/s3/aws4_request, SignedHeaders=host, Signature={'0' * 64}"
+    }
+    attempts["header and query"] = (f"{path}?{own.url.split('?', 1)[1]}", victim_header)
+    for name, (target, extra) in attempts.items():
+        status, answer = send_line(server, "GET", target, {"Host": host, **extra})
+        assert status == 400 and SECRET not in answer, (name, answer)
+    # Each way alone still works for the thief's own objects.
+    s3 = server.client("s3", key=thief)
+    s3.put_object(Bucket=OWN, Key="mine.txt", Body=b"mine")
+    presigner = server.client("s3", key=thief, signature_version="s3v4")
+    url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": "mine.txt"})
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.read() == b"mine"
