@@ -5,6 +5,8 @@ files the jobs read and write."""
 from __future__ import annotations
 
 import hashlib
+import hmac
+import http.client
 import io
 import os
 import subprocess
@@ -12,12 +14,18 @@ import sys
 import tarfile
 import textwrap
 import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from boto3.s3.transfer import TransferConfig
+from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.harness import DockyardServer
@@ -352,11 +360,6 @@ def sigv4_request(
 ) -> tuple[int, bytes]:
     """Sign for `signed_path` (botocore, as S3 signs) and send `line_path` as the request
     line's target, byte for byte: (status, body)."""
-    import hashlib
-
-    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
 
     host = host or f"127.0.0.1:{server.port}"
     fields = dict(headers or {})
@@ -378,7 +381,6 @@ def send_line(
     server: DockyardServer, method: str, target: str, headers: dict[str, str], body: bytes = b""
 ) -> tuple[int, bytes]:
     """One request whose request line's target is `target`, byte for byte."""
-    import http.client
 
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
@@ -474,7 +476,6 @@ def test_keys_with_dots_inside_a_segment_still_work(
     assert set(keys) | {"copy/a..b"} <= set(listed)
     presigner = server.client("s3", key=thief, signature_version="s3v4")
     url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": ".hidden"})
-    import urllib.request
 
     with urllib.request.urlopen(url, timeout=30) as answer:
         assert answer.read() == b".hidden"
@@ -524,10 +525,6 @@ def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
 def presign_by_hand(host: str, path: str, key: tuple[str, str], extra: list[str]) -> str:
     """A SigV4 presigned GET target for `path`, its query ending with `extra` (encoded
     `name=value` pairs), all of them signed."""
-    import hashlib
-    import hmac
-    from datetime import UTC, datetime
-    from urllib.parse import quote
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     scope = f"{stamp[:8]}/us-east-1/s3/aws4_request"
@@ -561,12 +558,6 @@ def test_the_account_checked_is_the_one_that_signed(
     # the first credential its pattern found, the query's last. Naming the victim's key
     # where the front door looked, and signing with the thief's where the gateway
     # looked, read the victim's object.
-    import hashlib
-    from urllib.parse import quote
-
-    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
 
     host = f"127.0.0.1:{server.port}"
     victims = quote(f"{server.credentials()[0]}/20260101/us-east-1/s3/aws4_request", safe="")
@@ -604,7 +595,6 @@ def test_the_account_checked_is_the_one_that_signed(
     s3.put_object(Bucket=OWN, Key="mine.txt", Body=b"mine")
     presigner = server.client("s3", key=thief, signature_version="s3v4")
     url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": "mine.txt"})
-    import urllib.request
 
     with urllib.request.urlopen(url, timeout=30) as answer:
         assert answer.read() == b"mine"
