@@ -510,12 +510,19 @@ def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
     server: DockyardServer, thief: tuple[str, str]
 ) -> None:
     # Not paths the front door reads, but the gateway's own: a listing's prefix, the
-    # keys of a DeleteObjects body, the Host header (path-style only).
+    # keys of a DeleteObjects body and of a browser (POST form) upload, the Host header.
     s3 = server.client("s3", key=thief)
     for prefix in (f"../{VICTIM}/", "../", f"x/../../{VICTIM}/"):
         page = s3.list_objects_v2(Bucket=OWN, Prefix=prefix)
         assert "Contents" not in page and "CommonPrefixes" not in page, prefix
     s3.delete_objects(Bucket=OWN, Delete={"Objects": [{"Key": f"../{VICTIM}/key"}]})
+    form = (
+        f'--b\r\nContent-Disposition: form-data; name="key"\r\n\r\n../{VICTIM}/planted\r\n'
+        '--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\nx\r\n--b--\r\n'
+    ).encode()
+    headers = {"Content-Type": "multipart/form-data; boundary=b"}
+    status, _ = sigv4_request(server, thief, "POST", f"/{OWN}", f"/{OWN}", form, headers)
+    assert status == 400
     for host in (f"{VICTIM}.127.0.0.1:{server.port}", f"{VICTIM}.s3.amazonaws.com"):
         status, answer = sigv4_request(server, thief, "GET", "/key", "/key", host=host)
         assert status == 404 and SECRET not in answer, (host, answer)
@@ -525,7 +532,6 @@ def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
 def presign_by_hand(host: str, path: str, key: tuple[str, str], extra: list[str]) -> str:
     """A SigV4 presigned GET target for `path`, its query ending with `extra` (encoded
     `name=value` pairs), all of them signed."""
-
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     scope = f"{stamp[:8]}/us-east-1/s3/aws4_request"
     pairs = [
