@@ -237,6 +237,8 @@ class S3Front:
             exists = await self._run(self._exists, bucket)
             if method == "PUT" and owner is None and exists:
                 if not await self._run(self._claim, bucket, account):
+                    if response.background is not None:
+                        await response.background()  # the gateway's answer, unsent: closed
                     return _error("BucketAlreadyExists", "The bucket name is taken", 409, bucket)
             if method == "DELETE" and not exists:
                 await self._run(self._forget, bucket)
