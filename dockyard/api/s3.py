@@ -10,6 +10,14 @@ streamed through unchanged (headers, signature, body), so the gateway verifies t
 signature and a large upload passes without being held here; the few ways the gateway
 departs from S3 are mended on the way back (a ranged GET answers 206, and without the
 whole object's checksum, which clients would check the part against).
+
+The request is read once (`dockyard.s3.addressing`), as the gateway will read it: the
+bucket checked is, byte for byte, the bucket served. A path or copy source that two
+readers could take differently (`.`/`..` segments, `//`, bad escapes) is refused with
+400, and what passes is sent on exactly as it came (httpx is told the target; it
+would otherwise remove dot segments). Who owns a bucket follows what the gateway did,
+not what the request seemed to be: a bucket that exists after a caller's PUT and did
+not before is the caller's, one gone after a DELETE is forgotten.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import logging
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
@@ -27,9 +35,9 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from dockyard.api import sigv4
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
+from dockyard.s3 import addressing
 from dockyard.services import buckets
 
 if TYPE_CHECKING:
@@ -60,14 +68,10 @@ _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 def signing_service(request: Request) -> tuple[str, str] | None:
     """(access key id, service) from a SigV4 Authorization header or presigned query."""
-    found = sigv4.credential_scope(request.headers.get("authorization", ""))
-    if found:
-        return found
-    credential = request.query_params.get("X-Amz-Credential", "")
-    parts = credential.split("/")
-    if len(parts) == 5 and parts[4] == "aws4_request":
-        return parts[0], parts[3]
-    return None
+    return addressing.signing_service(
+        request.headers.get("authorization"),
+        request.scope.get("query_string", b"").decode("latin-1"),
+    )
 
 
 def is_s3(request: Request) -> bool:
@@ -92,17 +96,15 @@ def _error(code: str, message: str, status: int, resource: str = "") -> Response
     return response
 
 
-def _bucket_and_key(raw_path: str) -> tuple[str, str]:
-    path = unquote(raw_path.split("?", 1)[0]).lstrip("/")
-    bucket, _, key = path.partition("/")
-    return bucket, key
-
-
 def _copy_source_bucket(request: Request) -> str | None:
-    source = request.headers.get("x-amz-copy-source")
-    if not source:
+    """The bucket a copy reads from, as the gateway reads it; AddressError if the header
+    is not one `bucket/key` the front door and the gateway read alike."""
+    sources = request.headers.getlist("x-amz-copy-source")
+    if not sources:
         return None
-    return unquote(source).lstrip("/").split("/", 1)[0].split("?", 1)[0]
+    if len(sources) > 1:
+        raise addressing.AddressError("InvalidArgument", "x-amz-copy-source is given twice")
+    return addressing.copy_source(sources[0])[0]
 
 
 class S3Front:
@@ -145,6 +147,10 @@ class S3Front:
             buckets.mark(self.store, bucket, account_id)
         return claimed
 
+    def _exists(self, bucket: str) -> bool:
+        # `bucket` is a valid bucket name (addressing.parse): never a path of its own.
+        return (self.store.root / bucket).is_dir()
+
     def _forget(self, bucket: str) -> None:
         with self.state.db.session() as session:
             buckets.forget(session, bucket)
@@ -170,10 +176,16 @@ class S3Front:
         return response
 
     async def _handle(self, request: Request) -> Response:
-        signed = signing_service(request)
-        if signed is None:
+        if signing_service(request) is None:
             return _error("AccessDenied", "Anonymous access is not allowed: sign the request", 403)
-        record = await self._run(self.keys.get, signed[0])
+        raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        try:
+            # The key the gateway will verify the signature of: its account is checked.
+            key_id, _ = addressing.credential(request.headers.getlist("authorization"), query)
+        except addressing.AddressError as exc:
+            return _error(exc.code, exc.message, 400)
+        record = await self._run(self.keys.get, key_id)
         if record is None:
             return _error(
                 "InvalidAccessKeyId",
@@ -181,57 +193,68 @@ class S3Front:
                 403,
             )
         account = record.account_id
-        raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
-        bucket, key = _bucket_and_key(raw_path)
-        query = request.scope.get("query_string", b"").decode("latin-1")
-        subresource = bool([k for k, _ in parse_qsl(query, keep_blank_values=True)])
+        try:
+            address = addressing.parse(raw_path, query)
+            copied_from = _copy_source_bucket(request)
+        except addressing.AddressError as exc:
+            return _error(exc.code, exc.message, 400, raw_path[:200])
+        bucket, key = address.bucket, address.key
         method = request.method
         if not bucket:
             if method != "GET":
                 return _error("MethodNotAllowed", "Only ListBuckets is served at /", 405)
-            return await self._list_buckets(request, account)
-        creating = method == "PUT" and not key and not subresource
-        if creating:
-            owner = await self._run(self._owner, bucket)
-            if owner == account:
-                return _error(
-                    "BucketAlreadyOwnedByYou",
-                    "Your previous request to create the named bucket succeeded and you "
-                    "already own it.",
-                    409,
-                    bucket,
-                )
-            if owner is not None:
-                return _error(
-                    "BucketAlreadyExists",
-                    "The requested bucket name is not available. The bucket namespace is "
-                    "shared by all users of the system. Please select a different name "
-                    "and try again.",
-                    409,
-                    bucket,
-                )
-        else:
-            for name in filter(None, (bucket, _copy_source_bucket(request))):
-                owner = await self._run(self._owner, name)
-                if owner is not None and owner != account:
-                    return _error("AccessDenied", "Access Denied", 403, f"/{name}")
-        deleting = method == "DELETE" and not key and not subresource
+            return await self._list_buckets(request, address, account)
+        subresource = bool(parse_qsl(query, keep_blank_values=True))
+        # The bucket's own operations, as the gateway routes them (its key is empty).
+        on_bucket = not key
+        creating = method == "PUT" and on_bucket and not subresource
+        owner = await self._run(self._owner, bucket)
+        if creating and owner == account:
+            return _error(
+                "BucketAlreadyOwnedByYou",
+                "Your previous request to create the named bucket succeeded and you "
+                "already own it.",
+                409,
+                bucket,
+            )
+        if creating and owner is not None:
+            return _error(
+                "BucketAlreadyExists",
+                "The requested bucket name is not available. The bucket namespace is "
+                "shared by all users of the system. Please select a different name "
+                "and try again.",
+                409,
+                bucket,
+            )
+        if owner is not None and owner != account:
+            return _error("AccessDenied", "Access Denied", 403, f"/{bucket}")
+        if copied_from is not None and copied_from != bucket:
+            source_owner = await self._run(self._owner, copied_from)
+            if source_owner is not None and source_owner != account:
+                return _error("AccessDenied", "Access Denied", 403, f"/{copied_from}")
+        deleting = method == "DELETE" and on_bucket
         if deleting:
-            # No agent uses the bucket from here; marked again if it is not deleted.
+            # No agent uses the bucket from here (`bucket_marks`); marked again below if
+            # it is not deleted.
             await self._run(buckets.unmark, self.store, bucket)
-        response = await self._forward(request, raw_path, query)
-        if creating and response.status_code < 300:
-            if not await self._run(self._claim, bucket, account):
-                return _error("BucketAlreadyExists", "The bucket name is taken", 409, bucket)
-        if deleting:
-            if response.status_code < 300:
+        response = await self._forward(request, address)
+        if deleting and owner is not None and await self._run(self._exists, bucket):
+            await self._run(buckets.mark, self.store, bucket, owner)
+        if on_bucket and response.status_code < 300:
+            # Whatever the gateway took the request for (a CreateBucket the front door
+            # did not recognise included), a bucket it made is the caller's, and one it
+            # removed is nobody's.
+            exists = await self._run(self._exists, bucket)
+            if method == "PUT" and owner is None and exists:
+                if not await self._run(self._claim, bucket, account):
+                    if response.background is not None:
+                        await response.background()  # the gateway's answer, unsent: closed
+                    return _error("BucketAlreadyExists", "The bucket name is taken", 409, bucket)
+            if method == "DELETE" and not exists:
                 await self._run(self._forget, bucket)
-            else:
-                await self._run(buckets.mark, self.store, bucket, account)
         return response
 
-    async def _send(self, request: Request, raw_path: str, query: str) -> httpx.Response:
-        url = "http://s3" + raw_path + (f"?{query}" if query else "")
+    async def _send(self, request: Request, address: addressing.Address) -> httpx.Response:
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in request.headers.raw
@@ -240,14 +263,17 @@ class S3Front:
         has_body = request.method in ("PUT", "POST")
         upstream = self.client.build_request(
             request.method,
-            url,
+            "http://s3/",
             headers=headers,
             content=request.stream() if has_body else None,
+            # The request line's target, exactly as it was checked: from a URL, httpx
+            # would normalise it (remove `.`/`..` segments, re-quote characters).
+            extensions={"target": address.target.encode("latin-1")},
         )
         return await self.client.send(upstream, stream=True)
 
-    async def _forward(self, request: Request, raw_path: str, query: str) -> Response:
-        upstream = await self._send(request, raw_path, query)
+    async def _forward(self, request: Request, address: addressing.Address) -> Response:
+        upstream = await self._send(request, address)
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP}
         status = upstream.status_code
         if status == 200 and "content-range" in upstream.headers:
@@ -263,8 +289,10 @@ class S3Front:
             background=BackgroundTask(upstream.aclose),
         )
 
-    async def _list_buckets(self, request: Request, account: str) -> Response:
-        upstream = await self._send(request, "/", request.scope.get("query_string", b"").decode())
+    async def _list_buckets(
+        self, request: Request, address: addressing.Address, account: str
+    ) -> Response:
+        upstream = await self._send(request, address)
         try:
             body = await upstream.aread()
         finally:

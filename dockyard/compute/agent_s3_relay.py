@@ -11,28 +11,33 @@ for any caller, and the node can do with S3 exactly what its account can.
 
 Only S3 passes. Each request is parsed (h11) and checked before any of it is sent on:
 signed for `s3` - every credential it names, in its Authorization headers and its
-query -, addressed to `/` or a bucket (a name S3 allows, so never `/_dockyard/...` or
-the SageMaker API at `POST /`), no protocol upgrade. Requests on one connection are
-checked one by one, so nothing rides behind an allowed one; each goes to the server on
-a connection of its own. A refusal is an S3 error (403 AccessDenied) saying why.
+query, and the one the server itself reads to decide that a request is S3's -,
+addressed to `/` or a bucket (a name S3 allows, so never `/_dockyard/...` or the
+SageMaker API at `POST /`), no protocol upgrade. The target and the credentials are
+read by the server's own functions (`dockyard.s3.addressing`), so the relay and the
+server cannot take one request for two different things; a target the server would
+refuse (`.`/`..` segments, `//`, bad escapes) is refused here already. Requests on one
+connection are checked one by one, so nothing rides behind an allowed one; each goes
+to the server on a connection of its own. A refusal is an S3 error (403 AccessDenied)
+saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import sys
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
 import h11
 
 from dockyard.compute import sandbox_netns as netns
+from dockyard.s3 import addressing
 
 HOST = "127.0.0.1"
 # Connections served at once; more are answered 503 SlowDown.
@@ -61,10 +66,6 @@ _HOP = frozenset(
         b"proxy-authenticate",
     }
 )
-_CREDENTIAL = re.compile(rb"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
-# `/` (ListBuckets) or a bucket, named as S3 allows (lower-case letters, digits, dots
-# and hyphens): what dockyard routes to S3 and nothing else.
-_S3_PATH = re.compile(r"/(?:[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](?:/.*)?)?", re.DOTALL)
 
 
 def refusal(method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
@@ -74,28 +75,37 @@ def refusal(method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]]
     text = target.decode("latin-1")
     if not text.startswith("/"):
         return "the request target must be a path (origin form)"
-    # Split by hand: urlsplit reads `//name/...` as a host, not the path the server sees.
+    # Split by hand, as the server's HTTP parser splits it: urlsplit reads `//name/...`
+    # as a host, not the path the server sees.
     raw_path, _, query = text.partition("?")
-    path = unquote(raw_path)
-    if not _S3_PATH.fullmatch(path):
-        return "only S3 requests (to / or a bucket) are relayed"
-    if method.upper() == b"POST" and path == "/":
+    try:
+        address = addressing.parse(raw_path, query)
+    except addressing.AddressError as exc:
+        return f"only S3 requests (to / or a bucket) are relayed: {exc.message}"
+    if method.upper() == b"POST" and not address.bucket:
         return "only S3 requests are relayed"
-    # Every credential the request names, wherever the server might read one from.
-    services: list[bytes] = []
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            match = _CREDENTIAL.search(value)
-            if match is None:
-                return "the Authorization header is not a SigV4 signature"
-            services.append(match.group(2))
+    # Every credential the request names, wherever the server or the gateway might read
+    # one from, and in the form the server reads it (its headers are latin-1 text).
+    authorizations = [v.decode("latin-1") for n, v in headers if n.lower() == b"authorization"]
+    for value in authorizations:
+        found = addressing.credential_scope(value)
+        if found is None:
+            return "the Authorization header is not a SigV4 signature"
+        if found[1] != "s3":
+            return "only requests signed for s3 are relayed"
     for key, credential in parse_qsl(query, keep_blank_values=True):
         if key.lower() == "x-amz-credential":
             fields = credential.split("/")
-            services.append(fields[3].encode() if len(fields) == 5 else b"")
-    if not services:
+            if len(fields) != 5 or fields[4] != "aws4_request":
+                return "the query's X-Amz-Credential is not a SigV4 credential"
+            if fields[3] != "s3":
+                return "only requests signed for s3 are relayed"
+    # And the one the server reads to route it: only a request it takes for S3 reaches
+    # S3 (one it does not is its console's, health's or metrics').
+    signed = addressing.signing_service(authorizations[0] if authorizations else None, query)
+    if signed is None:
         return "the request is not signed (SigV4, with the node's credentials)"
-    if any(service != b"s3" for service in services):
+    if signed[1] != "s3":
         return "only requests signed for s3 are relayed"
     return None
 

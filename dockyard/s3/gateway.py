@@ -74,6 +74,10 @@ class S3Gateway:
             # Looked up per access key (rclone splits this on spaces; see s3/auth.py).
             "--auth-proxy",
             f"{sys.executable} -m dockyard.s3.auth",
+            # The bucket is the path's first segment, never the Host header's first label:
+            # the front door checks the path's (`dockyard.s3.addressing`), and a Host is
+            # the client's to write. (rclone's default; said here so it stays so.)
+            "--force-path-style=true",
             # Agents write objects as files behind rclone's back: it must not cache what
             # a directory holds. 1ms, not 0: at 0 a directory holding a half-written
             # object re-arms its cleanup timer at zero delay forever, and the storm of

@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dockyard.compute.agent_s3_relay import S3Relay, refusal
 
@@ -20,6 +22,9 @@ S3_AUTH = (
     b"SignedHeaders=host;x-amz-date, Signature=00"
 )
 API_AUTH = S3_AUTH.replace(b"/s3/", b"/sagemaker/")
+# A byte the relay's old (bytes) pattern took for part of a key id, the server's (text)
+# for a space.
+OBS_TEXT_AUTH = S3_AUTH.replace(b"AKIAEXAMPLE", b"AKIA\xa0EXAMPLE")
 
 
 class Upstream(ThreadingHTTPServer):
@@ -145,6 +150,31 @@ def head(method: str, path: str, auth: bytes = S3_AUTH, extra: str = "") -> byte
             [(b"authorization", S3_AUTH), (b"upgrade", b"websocket")],
             "upgrades",
         ),
+        # Dot segments name another bucket once a reader removes them (issue 25, B1).
+        (b"GET", b"/my-data/../other/k", [(b"authorization", S3_AUTH)], "'..' segment"),
+        (b"GET", b"/my-data/%2e%2E/other/k", [(b"authorization", S3_AUTH)], "'..' segment"),
+        (b"GET", b"/my-data/..%2Fother/k", [(b"authorization", S3_AUTH)], "'..' segment"),
+        (b"GET", b"/my-data%2F.%2Fk", [(b"authorization", S3_AUTH)], "'.' segment"),
+        (b"GET", b"/my-data/%252e%252e/k", [(b"authorization", S3_AUTH)], "segment"),
+        (b"GET", b"/my-data/a%zz", [(b"authorization", S3_AUTH)], "percent-escape"),
+        (b"GET", b"/my-data/a%00", [(b"authorization", S3_AUTH)], "control character"),
+        (b"GET", b"/my-data/k#/../../x", [(b"authorization", S3_AUTH)], "#fragment"),
+        (b"GET", b"/my-data/a..b/.hidden/x.y/...", [(b"authorization", S3_AUTH)], None),
+        # Signed for s3 as the relay read it, not as the server reads it: the server
+        # served such a request as its metrics, health or console page.
+        (
+            b"GET",
+            b"/metrics?X-Amz-Credential=AKIA%2Fd%2Fr%2Fs3%2Fnot-aws4",
+            [],
+            "not a SigV4 credential",
+        ),
+        (
+            b"GET",
+            b"/healthz?x-amz-credential=AKIA%2Fd%2Fr%2Fs3%2Faws4_request",
+            [],
+            "not signed",
+        ),
+        (b"GET", b"/console/signin", [(b"authorization", OBS_TEXT_AUTH)], "not a SigV4"),
     ],
 )
 def test_what_passes(
@@ -214,3 +244,77 @@ def test_a_server_that_is_down_is_a_503(upstream: Upstream) -> None:
     # Closed: nothing listens any more.
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", relay.port), timeout=5).close()
+
+
+# Pieces of request targets, credentials and headers, for the relay and the server to
+# read: whatever the relay passes, the server reads as an S3 request to the same bucket.
+TARGET_PIECES = [
+    "/",
+    "my-data",
+    "b",
+    ".",
+    "..",
+    "%2e",
+    "%2E",
+    "%2f",
+    "%2F",
+    "%25",
+    "%5c",
+    "\\",
+    ";",
+    "?",
+    "&",
+    "=",
+    "#",
+    "%",
+    "_dockyard",
+    "metrics",
+    "console",
+    "X-Amz-Credential=",
+    "x-amz-credential=",
+    "AKIA%2Fd%2Fr%2Fs3%2Faws4_request",
+    "AKIA%2Fd%2Fr%2Fs3%2Fx",
+]
+AUTHORIZATIONS = [S3_AUTH, API_AUTH, OBS_TEXT_AUTH, b"Basic Zm9vOmJhcg==", S3_AUTH + b"\xa0"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    method=st.sampled_from([b"GET", b"PUT", b"POST", b"DELETE", b"HEAD", b"post"]),
+    pieces=st.lists(st.sampled_from(TARGET_PIECES), max_size=8),
+    authorizations=st.lists(st.sampled_from(AUTHORIZATIONS), max_size=2),
+)
+def test_what_the_relay_passes_the_server_serves_as_s3(
+    method: bytes, pieces: list[str], authorizations: list[bytes]
+) -> None:
+    import posixpath
+    from urllib.parse import unquote
+
+    from starlette.requests import Request
+
+    from dockyard.api.s3 import is_s3
+    from dockyard.s3 import addressing
+
+    target = ("/" + "".join(pieces)).encode()
+    headers = [(b"authorization", value) for value in authorizations]
+    if refusal(method, target, headers) is not None:
+        return
+    # As uvicorn hands the request to the app: the path before `?`, headers as sent.
+    raw_path, _, query = target.decode().partition("?")
+    scope = {
+        "type": "http",
+        "method": method.decode(),
+        "path": unquote(raw_path),
+        "raw_path": raw_path.encode(),
+        "query_string": query.encode(),
+        "headers": headers,
+    }
+    assert is_s3(Request(scope)), target
+    # Never the API (POST /), nor an operator route; the bucket the front door checks
+    # is the one any reader finds, dot segments removed or not, before or after decoding.
+    address = addressing.parse(raw_path, query)
+    assert address.bucket or method.upper() != b"POST", target
+    assert not scope["path"].startswith("/_"), target
+    for reading in (raw_path, unquote(raw_path)):
+        first = posixpath.normpath(reading).lstrip("/").partition("/")[0]
+        assert first == address.bucket, (target, reading)

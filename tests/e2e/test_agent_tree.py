@@ -287,7 +287,10 @@ def test_a_bucket_made_by_another_account_while_the_job_ran_gets_nothing(
     request = job(box, "late-upload", WAIT_FOR_GATE, bucket="late-code")
     request["OutputDataConfig"] = {"S3OutputPath": "s3://late-bucket/out"}
     client.create_training_job(**request)
-    instance_root(box, "late-upload")
+    deadline = time.monotonic() + 60
+    while "up" not in output(box, "late-upload"):  # the job runs, at its gate
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     box.own_bucket("late-bucket")  # the development account's, from now on
     open_gate(box, "late-upload")
     done = finish(client, "late-upload")

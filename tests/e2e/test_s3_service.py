@@ -5,6 +5,8 @@ files the jobs read and write."""
 from __future__ import annotations
 
 import hashlib
+import hmac
+import http.client
 import io
 import os
 import subprocess
@@ -12,12 +14,18 @@ import sys
 import tarfile
 import textwrap
 import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from boto3.s3.transfer import TransferConfig
+from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.harness import DockyardServer
@@ -312,3 +320,287 @@ def test_objects_outlive_a_restart(tmp_path: Path) -> None:
         assert code(error) == "AccessDenied"
     finally:
         server.stop()
+
+
+# -- One request, one reading (issue 25, B1) ------------------------------------------
+#
+# The attack: sign a request for the path the gateway will serve (another account's
+# object), and send a request line the front door once read as the caller's own bucket.
+# Literal dot segments were removed by httpx on the way (so the gateway served
+# /victim/key); percent-encoded ones are decoded by the gateway. Each is now refused
+# before anything is sent on, with 400 InvalidURI.
+
+VICTIM, OWN, SECRET = "victim-b1", "thief-b1", b"the victim's secret"
+# (request line's path, the path signed: what the gateway would have served).
+DOT_PATHS: dict[str, tuple[str, str]] = {
+    "own/../": (f"/{OWN}/../{{rest}}", "/{rest}"),
+    "x/../": ("/x/../{rest}", "/{rest}"),
+    "/./": ("/./{rest}", "/{rest}"),
+    ";/../": (f"/{OWN};/../{{rest}}", "/{rest}"),
+    "%2e%2e": (f"/{OWN}/%2e%2e/{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%2E%2E": (f"/{OWN}/%2E%2E/{{rest}}", f"/{OWN}/../{{rest}}"),
+    ".%2e": (f"/{OWN}/.%2e/{{rest}}", f"/{OWN}/../{{rest}}"),
+    "..%2f": (f"/{OWN}/..%2f{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%2F..%2F": (f"/{OWN}%2F..%2F{{rest}}", f"/{OWN}/../{{rest}}"),
+    "%252e%252e": (f"/{OWN}/%252e%252e/{{rest}}", f"/{OWN}/%2e%2e/{{rest}}"),
+    "//": ("//{rest}", "/{rest}"),
+}
+
+
+def sigv4_request(
+    server: DockyardServer,
+    key: tuple[str, str],
+    method: str,
+    signed_path: str,
+    line_path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    presigned: bool = False,
+    host: str | None = None,
+) -> tuple[int, bytes]:
+    """Sign for `signed_path` (botocore, as S3 signs) and send `line_path` as the request
+    line's target, byte for byte: (status, body)."""
+
+    host = host or f"127.0.0.1:{server.port}"
+    fields = dict(headers or {})
+    if not presigned:
+        fields["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+    request = AWSRequest(
+        method=method, url=f"http://{host}{signed_path}", data=body, headers=fields
+    )
+    if presigned:
+        S3SigV4QueryAuth(Credentials(*key), "s3", "us-east-1", expires=300).add_auth(request)
+        line_path += ("&" if "?" in line_path else "?") + request.url.split("?", 1)[1]
+    else:
+        S3SigV4Auth(Credentials(*key), "s3", "us-east-1").add_auth(request)
+    headers = {name: value for name, value in request.headers.items() if name.lower() != "host"}
+    return send_line(server, method, line_path, {"Host": host, **headers}, body)
+
+
+def send_line(
+    server: DockyardServer, method: str, target: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, bytes]:
+    """One request whose request line's target is `target`, byte for byte."""
+
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        if method in ("PUT", "POST"):
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body or None)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def thief(server: DockyardServer) -> tuple[str, str]:
+    """The victim (the development account) holds VICTIM/key; the thief, an account of
+    its own, owns OWN. Answers the thief's key."""
+    victim = server.client("s3")
+    victim.create_bucket(Bucket=VICTIM)
+    victim.put_object(Bucket=VICTIM, Key="key", Body=SECRET)
+    _, key = server.new_account("thief-b1")
+    server.client("s3", key=key).create_bucket(Bucket=OWN)
+    return key
+
+
+def victims_keys(server: DockyardServer) -> list[str]:
+    listed = server.client("s3").list_objects_v2(Bucket=VICTIM).get("Contents", [])
+    return sorted(o["Key"] for o in listed)
+
+
+@pytest.mark.parametrize("operation", ["get", "list", "put", "delete", "presigned get"])
+def test_dot_segments_never_reach_another_accounts_bucket(
+    server: DockyardServer, thief: tuple[str, str], operation: str
+) -> None:
+    method = {"list": "GET", "put": "PUT", "delete": "DELETE"}.get(operation, "GET")
+    rest = VICTIM if operation == "list" else f"{VICTIM}/key"
+    query = "?list-type=2" if operation == "list" else ""
+    body = b"planted by the thief" if operation == "put" else b""
+    for encoding, (line, signed) in DOT_PATHS.items():
+        status, answer = sigv4_request(
+            server,
+            thief,
+            method,
+            signed.format(rest=rest) + query,
+            line.format(rest=rest) + query,
+            body,
+            presigned=operation == "presigned get",
+        )
+        assert status == 400 and b"<Code>InvalidURI</Code>" in answer, (encoding, answer)
+        assert SECRET not in answer and b"<Key>key</Key>" not in answer, encoding
+    assert victims_keys(server) == ["key"]
+    assert server.client("s3").get_object(Bucket=VICTIM, Key="key")["Body"].read() == SECRET
+
+
+def test_a_copy_source_names_its_bucket_once(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    for source in (
+        f"/{OWN}/../{VICTIM}/key",
+        f"/x/../{VICTIM}/key",
+        f"/./{VICTIM}/key",
+        f"//{VICTIM}/key",
+        f"{OWN}/%2e%2e/{VICTIM}/key",
+        f"{OWN}/%2E%2E/{VICTIM}/key",
+        f"{OWN}/..%2F{VICTIM}%2Fkey",
+        f"{OWN}%2F..%2F{VICTIM}%2Fkey",  # the gateway panicked on this one
+        f"{OWN}/%252e%252e/{VICTIM}/key",
+        f"{VICTIM.replace('-', '%2D')}/key",  # a bucket the gateway does not decode
+    ):
+        path = f"/{OWN}/stolen"
+        status, answer = sigv4_request(
+            server, thief, "PUT", path, path, headers={"x-amz-copy-source": source}
+        )
+        assert status == 400 and b"<Code>InvalidArgument</Code>" in answer, (source, answer)
+        assert b"x-amz-copy-source" in answer, (source, answer)
+    s3 = server.client("s3", key=thief)
+    assert "Contents" not in s3.list_objects_v2(Bucket=OWN, Prefix="stolen")
+
+
+def test_keys_with_dots_inside_a_segment_still_work(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    s3 = server.client("s3", key=thief)
+    keys = ["a..b", ".hidden", "x.y", "...", "dir/.hidden/..b/c.", "dots/..x/.y./z"]
+    for key in keys:
+        s3.put_object(Bucket=OWN, Key=key, Body=key.encode())
+        assert s3.get_object(Bucket=OWN, Key=key)["Body"].read() == key.encode()
+    s3.copy_object(Bucket=OWN, Key="copy/a..b", CopySource={"Bucket": OWN, "Key": "a..b"})
+    assert s3.get_object(Bucket=OWN, Key="copy/a..b")["Body"].read() == b"a..b"
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=OWN)["Contents"]]
+    assert set(keys) | {"copy/a..b"} <= set(listed)
+    presigner = server.client("s3", key=thief, signature_version="s3v4")
+    url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": ".hidden"})
+
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.read() == b".hidden"
+    # A key that *is* a dot segment cannot be written: here an object is a file.
+    with pytest.raises(ClientError) as error:
+        s3.put_object(Bucket=OWN, Key="dir/../x", Body=b"")
+    assert code(error) == "InvalidURI"
+
+
+def test_a_bucket_the_gateway_made_is_its_makers(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # The gateway creates a bucket for a PUT the front door did not take for a
+    # CreateBucket (a stray query, trailing slashes): it is still the caller's, not left
+    # unowned (which made it the development account's).
+    for bucket, target in (("squat-b1", "/squat-b1?=x"), ("squat-b2", "/squat-b2//")):
+        status, answer = sigv4_request(server, thief, "PUT", target, target)
+        assert status == 200, answer
+        assert bucket in [
+            b["Name"] for b in server.client("s3", key=thief).list_buckets()["Buckets"]
+        ]
+        assert bucket not in [b["Name"] for b in server.client("s3").list_buckets()["Buckets"]]
+        with pytest.raises(ClientError) as error:
+            server.client("s3").put_object(Bucket=bucket, Key="k", Body=b"")
+        assert code(error) == "AccessDenied"
+    status, _ = sigv4_request(server, thief, "DELETE", "/squat-b2?x", "/squat-b2?x")
+    assert status == 204
+    server.client("s3").create_bucket(Bucket="squat-b2")  # forgotten, so free again
+
+
+def test_what_stays_the_gateways_to_read_stays_in_the_bucket(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # Not paths the front door reads, but the gateway's own: a listing's prefix, the
+    # keys of a DeleteObjects body and of a browser (POST form) upload, the Host header.
+    s3 = server.client("s3", key=thief)
+    for prefix in (f"../{VICTIM}/", "../", f"x/../../{VICTIM}/"):
+        page = s3.list_objects_v2(Bucket=OWN, Prefix=prefix)
+        assert "Contents" not in page and "CommonPrefixes" not in page, prefix
+    s3.delete_objects(Bucket=OWN, Delete={"Objects": [{"Key": f"../{VICTIM}/key"}]})
+    form = (
+        f'--b\r\nContent-Disposition: form-data; name="key"\r\n\r\n../{VICTIM}/planted\r\n'
+        '--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\nx\r\n--b--\r\n'
+    ).encode()
+    headers = {"Content-Type": "multipart/form-data; boundary=b"}
+    status, _ = sigv4_request(server, thief, "POST", f"/{OWN}", f"/{OWN}", form, headers)
+    assert status == 400
+    for host in (f"{VICTIM}.127.0.0.1:{server.port}", f"{VICTIM}.s3.amazonaws.com"):
+        status, answer = sigv4_request(server, thief, "GET", "/key", "/key", host=host)
+        assert status == 404 and SECRET not in answer, (host, answer)
+    assert victims_keys(server) == ["key"]
+
+
+def presign_by_hand(host: str, path: str, key: tuple[str, str], extra: list[str]) -> str:
+    """A SigV4 presigned GET target for `path`, its query ending with `extra` (encoded
+    `name=value` pairs), all of them signed."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    scope = f"{stamp[:8]}/us-east-1/s3/aws4_request"
+    pairs = [
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+        f"X-Amz-Credential={quote(f'{key[0]}/{scope}', safe='')}",
+        f"X-Amz-Date={stamp}",
+        "X-Amz-Expires=300",
+        "X-Amz-SignedHeaders=host",
+        *extra,
+    ]
+    # Sorted by name, a repeated name's values in their order (as the gateway sorts).
+    ordered = sorted(pairs, key=lambda pair: pair.split("=", 1)[0])
+    canonical = "\n".join(
+        ["GET", path, "&".join(ordered), f"host:{host}\n", "host", "UNSIGNED-PAYLOAD"]
+    )
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    text = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{digest}"
+    signing = ("AWS4" + key[1]).encode()
+    for part in (stamp[:8], "us-east-1", "s3", "aws4_request"):
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(signing, text.encode(), hashlib.sha256).hexdigest()
+    return f"{path}?{'&'.join(pairs)}&X-Amz-Signature={signature}"
+
+
+def test_the_account_checked_is_the_one_that_signed(
+    server: DockyardServer, thief: tuple[str, str]
+) -> None:
+    # The gateway verifies the Authorization header if there is one (read leniently:
+    # spaces removed), else the query's first X-Amz-Credential; the front door once took
+    # the first credential its pattern found, the query's last. Naming the victim's key
+    # where the front door looked, and signing with the thief's where the gateway
+    # looked, read the victim's object.
+
+    host = f"127.0.0.1:{server.port}"
+    victims = quote(f"{server.credentials()[0]}/20260101/us-east-1/s3/aws4_request", safe="")
+    named = f"X-Amz-Credential={victims}"
+    path = f"/{VICTIM}/key"
+    attempts: dict[str, tuple[str, dict[str, str]]] = {}
+    # A presigned URL with a second credential, the victim's, last (signed by hand:
+    # botocore keeps one value of a repeated parameter in what it signs).
+    attempts["two query credentials"] = (presign_by_hand(host, path, thief, [named]), {})
+    # A header the front door could not read (a space in its credential) beside a query
+    # credential naming the victim.
+    signed = AWSRequest(
+        method="GET",
+        url=f"http://{host}{path}?{named}",
+        headers={"x-amz-content-sha256": hashlib.sha256(b"").hexdigest()},
+    )
+    S3SigV4Auth(Credentials(*thief), "s3", "us-east-1").add_auth(signed)
+    headers = {k: v for k, v in signed.headers.items() if k.lower() != "host"}
+    headers["Authorization"] = headers["Authorization"].replace("/", " /", 1)
+    attempts["unreadable header"] = (f"{path}?{named}", headers)
+    # A header naming the victim's key beside the thief's presigned query (the gateway
+    # refused this one already: it verifies the header).
+    own = AWSRequest(method="GET", url=f"http://{host}{path}")
+    S3SigV4QueryAuth(Credentials(*thief), "s3", "us-east-1", expires=300).add_auth(own)
+    victim_header = {
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={server.credentials()[0]}/20260101/"
+        f"us-east-1/s3/aws4_request, SignedHeaders=host, Signature={'0' * 64}"
+    }
+    attempts["header and query"] = (f"{path}?{own.url.split('?', 1)[1]}", victim_header)
+    for name, (target, extra) in attempts.items():
+        status, answer = send_line(server, "GET", target, {"Host": host, **extra})
+        assert status == 400 and SECRET not in answer, (name, answer)
+    # Each way alone still works for the thief's own objects.
+    s3 = server.client("s3", key=thief)
+    s3.put_object(Bucket=OWN, Key="mine.txt", Body=b"mine")
+    presigner = server.client("s3", key=thief, signature_version="s3v4")
+    url = presigner.generate_presigned_url("get_object", Params={"Bucket": OWN, "Key": "mine.txt"})
+
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.read() == b"mine"
