@@ -545,9 +545,12 @@ class Agent:
         # exits: whatever it left behind ends with it (and with its sandbox).
         code = _exit_code(zygote.end())
         watch.stop()
-        # Before anything of the tree is read: it is root's again, whatever another
-        # instance of the job (the same user, still running) tries meanwhile.
-        self._charged(confinement, confinement.take_back)
+        if spec.node is None:
+            # Before anything of the tree is read: it is root's again, whatever another
+            # instance of the job (the same user, still running) tries meanwhile. (A
+            # node's tree stays its own: the node runs on, and its agent reads none of it
+            # but the failure file, by descriptor.)
+            self._charged(confinement, confinement.take_back)
         reader.join(timeout=5)
         if stop_reason == "volume":
             return {"phase": "failed", "exit_code": code, "failure_reason": watch.over}

@@ -14,7 +14,15 @@ import pytest
 
 from dockyard.compute import agent_sandbox
 from dockyard.compute.agent_env import Layout
-from dockyard.compute.agent_files import hand_over, read_regular, regular_files, walk
+from dockyard.compute.agent_files import (
+    UnsafeArchive,
+    entries,
+    extract_tar,
+    freeze,
+    hand_over,
+    read_regular,
+    regular_files,
+)
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.local import SANDBOX_UID_BASE, LocalBackend
@@ -65,13 +73,106 @@ def test_walks_never_follow_links(tmp_path: Path, host_secret: Path) -> None:
     (model / "sub" / "weights").write_text("w")
     (model / "key").symlink_to(host_secret)
     (model / "host").symlink_to(host_secret.parent)
-    names = sorted(p.relative_to(model).as_posix() for p, _ in walk(base, model))
+    names = sorted(entry.relative for entry in entries(base, model))
     assert names == ["host", "key", "sub", "sub/weights"]
-    assert [p.name for p in regular_files(base, model)] == ["weights"]
+    assert [entry.relative for entry in regular_files(base, model)] == ["sub/weights"]
     # A directory swapped for a link is walked as nothing.
     (base / "checkpoints").symlink_to(host_secret.parent)
-    assert list(walk(base, base / "checkpoints")) == []
-    assert list(walk(base, base / "checkpoints" / "deeper")) == []
+    assert list(entries(base, base / "checkpoints")) == []
+    assert list(entries(base, base / "checkpoints" / "deeper")) == []
+
+
+def test_freeze_takes_every_directory_and_file_back_but_never_a_links_target(
+    tmp_path: Path, host_secret: Path
+) -> None:
+    tree = tmp_path / "opt-ml"
+    (tree / "model" / "sub").mkdir(parents=True)
+    (tree / "model" / "sub" / "w").write_text("w")
+    (tree / "link").symlink_to(host_secret)
+    cache = tree / "cache"
+    cache.mkdir()
+    hand_over(tree, UID)
+    os.chmod(tree / "model", 0o777)
+    os.chmod(tree / "model" / "sub" / "w", 0o4777)
+    os.setxattr(tree / "model", "system.posix_acl_access", _acl_giving(UID))
+    os.chown(host_secret, 0, 0)
+    freeze(tree, skip=cache)
+    for path in (tree, tree / "model", tree / "model" / "sub", tree / "model" / "sub" / "w"):
+        info = os.lstat(path)
+        assert info.st_uid == 0 and info.st_mode & 0o7022 == 0, path
+    assert os.listxattr(tree / "model") == []
+    assert os.lstat(tree / "link").st_uid == 0  # the link itself, not its target
+    assert os.lstat(cache).st_uid == UID  # left as it was
+
+
+def _acl_giving(uid: int) -> bytes:
+    """A POSIX access ACL (its xattr form) granting `uid` rwx beside the mode's entries."""
+    import struct
+
+    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, uid), (0x04, 5, 0xFFFFFFFF)]
+    entries += [(0x10, 7, 0xFFFFFFFF), (0x20, 5, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def _tar(tmp_path: Path, members: list[tuple[str, bytes, str]]) -> Path:
+    import io
+    import tarfile
+
+    path = tmp_path / "code.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind == tarfile.REGTYPE:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data.encode()))
+            else:
+                info.linkname = data
+                tar.addfile(info)
+    return path
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("a", b"2", "/etc"), ("a/passwd", b"0", "x")],  # a file written through a link
+        [("../up", b"0", "x")],
+        [("/abs", b"0", "x")],
+        [("dev", b"3", "")],  # a character device
+        [("fifo", b"6", "")],
+        [("hard", b"1", "/etc/passwd")],  # a hard link out of the archive
+    ],
+)
+def test_a_hostile_archive_is_refused_and_writes_nothing_outside(
+    tmp_path: Path, members: list[tuple[str, bytes, str]]
+) -> None:
+    target = tmp_path / "code"
+    target.mkdir()
+    with pytest.raises(UnsafeArchive):
+        extract_tar(_tar(tmp_path, members), target)
+    assert not (tmp_path / "up").exists() and not Path("/abs").exists()
+
+
+def test_an_archive_unpacks_files_dirs_and_links_as_they_are(tmp_path: Path) -> None:
+    target = tmp_path / "code"
+    target.mkdir()
+    archive = _tar(
+        tmp_path,
+        [
+            ("./", b"5", ""),
+            ("pkg/", b"5", ""),
+            ("pkg/m.py", b"0", "X = 1\n"),
+            ("pkg/alias.py", b"2", "m.py"),
+            ("again.py", b"1", "pkg/m.py"),
+            ("pkg/m.py", b"0", "X = 2\n"),  # a later member replaces an earlier one
+        ],
+    )
+    extract_tar(archive, target)
+    assert (target / "pkg" / "m.py").read_text() == "X = 2\n"
+    assert os.readlink(target / "pkg" / "alias.py") == "m.py"
+    assert (target / "again.py").read_text() == "X = 1\n"  # linked before it was replaced
+    with pytest.raises(UnsafeArchive):
+        extract_tar(archive, target, limit_bytes=8)
 
 
 def test_hand_over_changes_the_tree_and_never_a_links_target(
