@@ -11,6 +11,7 @@ what a tenant - and every other tenant - would notice.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -304,3 +305,30 @@ def test_a_value_crafted_against_a_models_pattern_is_refused_at_once(
     assert "Member must satisfy regular expression pattern" in str(refused.value)
     with urllib.request.urlopen(live.endpoint + "/healthz", timeout=15) as health:
         assert health.status == 200
+
+
+@pytest.mark.parametrize("path", ["/", "/some-bucket"])
+def test_an_unsigned_request_with_a_huge_authorization_header_costs_nothing(
+    live: DockyardServer, path: str
+) -> None:
+    """The credential scope is read from the Authorization header before anything is
+    verified (to choose S3 or the API): a regex that split it was quadratic, so anyone
+    could send 200 KB of "Credential=" and hold the event loop for over a minute."""
+    header = "AWS4-HMAC-SHA256 " + "Credential=" * 20_000
+    answers: list[int] = []
+
+    def send() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", live.port, timeout=120)
+        connection.request(
+            "POST" if path == "/" else "GET", path, headers={"Authorization": header}
+        )
+        answers.append(connection.getresponse().status)
+
+    senders = [threading.Thread(target=send, daemon=True) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    with urllib.request.urlopen(live.endpoint + "/healthz", timeout=15) as health:
+        assert health.status == 200
+    for sender in senders:
+        sender.join(120)
+    assert len(answers) == 3 and all(400 <= status < 500 for status in answers)
