@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
-from dockyard.domain import job_paths
+from dockyard.domain import job_paths, metrics
 from dockyard.domain import jobs as rules
 from dockyard.domain import warm_pools as warm_pool_rules
 from dockyard.domain.arns import training_job_arn
@@ -69,6 +69,11 @@ def _check_runnable(params: dict[str, Any]) -> None:
             "dockyard runs AlgorithmSpecification.ContainerEntrypoint (+ ContainerArguments), "
             "or a script job with hyperparameters sagemaker_program and sagemaker_submit_directory"
         )
+    # Tenants' regexes run in RE2 on every line (domain/metrics.py): one it cannot run is
+    # refused here, naming its metric, rather than never matching.
+    problems = metrics.definition_problems(algorithm.get("MetricDefinitions") or [])
+    if problems:
+        raise ValidationException("; ".join(problems))
     if algorithm.get("TrainingInputMode", "File") != "File":
         raise ValidationException("dockyard stages input in File mode only (TrainingInputMode)")
     resources = params["ResourceConfig"]

@@ -31,7 +31,7 @@ import heapq
 import json
 import shlex
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
@@ -52,6 +52,10 @@ DEFAULT_EVENTS_LIMIT = 10000
 DEFAULT_STREAMS_LIMIT = 50
 MAX_PAGE_BYTES = 1024 * 1024  # CloudWatch's 1 MB of events per response
 SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
+# ... for a filterPattern of up to this many terms; one of more (the syntax allows ~500
+# in its 1024 characters, each a search of every line) searches proportionally less, so
+# a call's work stays bounded whatever the pattern.
+TERMS_PER_PASS = 8
 
 
 def _span(log: InstanceLog, params: Mapping[str, Any]) -> tuple[int, int]:
@@ -149,6 +153,13 @@ class Filter:
 
     required: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
+    # The required terms as the agent stores them: made once, not for each line (a
+    # pattern may hold hundreds of terms, a call read hundreds of thousands of lines).
+    encoded: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        encoded = tuple(json.dumps(term)[1:-1].encode() for term in self.required)
+        object.__setattr__(self, "encoded", encoded)
 
     def __call__(self, message: str) -> bool:
         return all(term in message for term in self.required) and not any(
@@ -158,11 +169,13 @@ class Filter:
     def may_match(self, line: bytes) -> bool:
         """A quick test of a stored line before it is decoded: a message holding a term
         holds it as the agent encoded it (JSON escaping maps characters one by one)."""
-        return all(term in line for term in self._encoded)
+        return all(term in line for term in self.encoded)
 
     @property
-    def _encoded(self) -> tuple[bytes, ...]:
-        return tuple(json.dumps(term)[1:-1].encode() for term in self.required)
+    def cost(self) -> int:
+        """How many times over a line is searched: one pass per TERMS_PER_PASS terms."""
+        terms = len(self.required) + len(self.excluded)
+        return max(1, -(-terms // TERMS_PER_PASS))
 
 
 def compile_filter(pattern: str | None) -> Filter:
@@ -183,9 +196,14 @@ def compile_filter(pattern: str | None) -> Filter:
         raise InvalidParameterException(
             "dockyard does not support ?term alternatives in filterPattern"
         )
+    # A term said twice is one term (each is a search of every line).
     return Filter(
-        required=tuple(term for term in terms if not term.startswith("-") or len(term) == 1),
-        excluded=tuple(term[1:] for term in terms if term.startswith("-") and len(term) > 1),
+        required=tuple(
+            dict.fromkeys(term for term in terms if not term.startswith("-") or len(term) == 1)
+        ),
+        excluded=tuple(
+            dict.fromkeys(term[1:] for term in terms if term.startswith("-") and len(term) > 1)
+        ),
     )
 
 
@@ -361,7 +379,7 @@ def filter_log_events(
                 more = True  # an event is left: the next page starts from it
                 break
             after = (timestamp, name, position)
-            searched += len(line) + 1
+            searched += (len(line) + 1) * matches.cost
             if not matches.may_match(line):
                 continue
             event = LogReader.event(timestamp, line)

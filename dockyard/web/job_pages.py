@@ -7,15 +7,18 @@ import io
 import re
 import tarfile
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from dockyard.api.dispatch import ApiError
 from dockyard.api.shapes import ValidationError
+from dockyard.clock import monotonic
 from dockyard.domain import metrics as metric_rules
 from dockyard.services import buckets, quotas, warm_pools
 from dockyard.services.errors import ServiceError, ValidationException
@@ -28,13 +31,31 @@ JOB_STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
 POOL_STATUSES = ("Available", "InUse", "Reused", "Terminated")
 PAGE_JOBS = 50
 LOG_TAIL = 100
+# The charts read the head of algo-1's log: one GetLogEvents page (at most 10,000 events
+# and 1 MB), scraped for at most METRIC_SECONDS (a tenant's regexes, RE2 or not, must
+# not hold a worker for long on each 2-second refresh); what is left is not charted.
 METRIC_EVENTS = 10000
+METRIC_SECONDS = 1.0
 DEFAULT_CODE = """import time
 for step in range(1, 6):
     print(f"step={step} loss={1 / step:.3f}", flush=True)
     time.sleep(1)
 """
 DEFAULT_METRIC = ("loss", r"loss=([0-9.]+)")
+
+
+def _charts(definitions: list[Any], events: list[tuple[int, str]]) -> list[views.Chart]:
+    """The job's metrics charted from its first lines, for at most METRIC_SECONDS."""
+    give_up = monotonic() + METRIC_SECONDS
+
+    def in_time(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+        for line in lines:
+            if monotonic() > give_up:
+                return
+            yield line
+
+    found = metric_rules.series(definitions, in_time(events))
+    return [c for name, values in found.items() if (c := views.chart(name, values)) is not None]
 
 
 class JobPages(ConsoleBase):
@@ -230,7 +251,6 @@ class JobPages(ConsoleBase):
             logStreamNamePrefix=f"{name}/",
         )
         logs: list[tuple[str, list[dict[str, Any]]]] = []
-        charts = []
         definitions = (job.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
         events_for_metrics: list[tuple[int, str]] = []
         for stream in streams.get("logStreams", []):
@@ -244,7 +264,7 @@ class JobPages(ConsoleBase):
                 limit=LOG_TAIL,
             )
             logs.append((stream_name, tail.get("events", [])))
-            if definitions and stream_name.split("/", 1)[-1].startswith("algo-1"):
+            if definitions and stream_name.split("/", 1)[-1].startswith("algo-1-"):
                 head = await self.call(
                     caller,
                     "Logs_20140328.GetLogEvents",
@@ -256,14 +276,13 @@ class JobPages(ConsoleBase):
                 events_for_metrics += [
                     (int(e["timestamp"]), str(e["message"])) for e in head.get("events", [])
                 ]
-        for metric, values in metric_rules.series(definitions, events_for_metrics).items():
-            drawn = views.chart(metric, values)
-            if drawn is not None:
-                charts.append(drawn)
+        charts = await run_in_threadpool(_charts, definitions, events_for_metrics)
         live = job.get("TrainingJobStatus") in ("InProgress", "Stopping") or (
             (job.get("WarmPoolStatus") or {}).get("Status") in ("Available", "InUse")
         )
-        return self.render(
+        # Up to a page of log per stream: rendered off the event loop, as it was read.
+        return await run_in_threadpool(
+            self.render,
             request,
             caller,
             "job.html",

@@ -85,3 +85,24 @@ def test_headers_that_choose_the_operation_must_be_signed() -> None:
             check([*unsigned, extra], b"{}")
         assert exc.value.code == "IncompleteSignatureException"
         assert extra[0].lower() in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("header", "scope"),
+    [
+        (
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host, Signature=abc",
+            ("AKIDEXAMPLE", "s3"),
+        ),
+        ("AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/iam/aws4_request", ("AKID", "iam")),
+        ("AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/s3", None),
+        ("AWS4-HMAC-SHA256 Credential=/20260101/us-east-1/s3/aws4_request", None),
+        ("AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1//aws4_request", None),
+        ("", None),
+        # Read before anything is verified, so linear on what anyone sends.
+        ("AWS4-HMAC-SHA256 " + "Credential=" * 100_000, None),
+    ],
+)
+def test_the_credential_scope_is_read_in_one_pass(header: str, scope: object) -> None:
+    assert sigv4.credential_scope(header) == scope

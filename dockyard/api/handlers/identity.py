@@ -19,6 +19,7 @@ from urllib.parse import quote
 from dockyard.api.authorise import request_context
 from dockyard.api.context import Handler, RequestContext
 from dockyard.domain.policy import PolicyError, evaluate, parse_policy
+from dockyard.services.errors import ServiceError
 
 TRUST_POLICY = {
     "Version": "2012-10-17",
@@ -59,6 +60,16 @@ def get_role(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class InvalidInput(ServiceError):
+    code = "InvalidInput"  # IAM's code for a request it cannot read
+
+
+# IAM's page size when MaxItems is not given. A request names actions and resources as
+# two lists, answered for each pair: without pages, a 4 MB body of a few thousand of
+# each asks for millions of evaluations and results at once.
+DEFAULT_MAX_ITEMS = 100
+
+
 def simulate_principal_policy(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     policy = None
     if ctx.policy is not None:
@@ -67,26 +78,37 @@ def simulate_principal_policy(ctx: RequestContext, params: dict[str, Any]) -> di
         except PolicyError:
             policy = None  # an edited, invalid policy allows nothing
     context = request_context(ctx.region, {})
+    actions = list(params["ActionNames"])
+    resources = list(params.get("ResourceArns") or ["*"])
+    total = len(actions) * len(resources)
+    marker = str(params.get("Marker") or "0")
+    if not marker.isdigit() or int(marker) > total:
+        raise InvalidInput("Marker is not one this operation returned for these actions")
+    start = int(marker)
+    stop = min(total, start + int(params.get("MaxItems") or DEFAULT_MAX_ITEMS))
     results = []
-    for action in params["ActionNames"]:
-        for resource in params.get("ResourceArns") or ["*"]:
-            if ctx.policy is None:
-                decision = "allowed"
-            elif policy is None:
-                decision = "implicitDeny"
-            else:
-                found = evaluate(policy, action, resource, context)
-                decision = (
-                    "allowed"
-                    if found.allowed
-                    else "explicitDeny"
-                    if found.explicit_deny
-                    else "implicitDeny"
-                )
-            results.append(
-                {"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": decision}
+    for pair in range(start, stop):  # each (action, resource) pair, actions first
+        action, resource = actions[pair // len(resources)], resources[pair % len(resources)]
+        if ctx.policy is None:
+            decision = "allowed"
+        elif policy is None:
+            decision = "implicitDeny"
+        else:
+            found = evaluate(policy, action, resource, context)
+            decision = (
+                "allowed"
+                if found.allowed
+                else "explicitDeny"
+                if found.explicit_deny
+                else "implicitDeny"
             )
-    return {"EvaluationResults": results, "IsTruncated": False}
+        results.append(
+            {"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": decision}
+        )
+    page: dict[str, Any] = {"EvaluationResults": results, "IsTruncated": stop < total}
+    if stop < total:
+        page["Marker"] = str(stop)
+    return page
 
 
 STS_HANDLERS: dict[str, Handler] = {"GetCallerIdentity": get_caller_identity}
