@@ -127,6 +127,12 @@ def parse(raw_path: str, query: str) -> Address:
             "another bucket's)",
         )
     bucket, _, key = path.strip("/").partition("/")
+    if raw_path[1:].partition("/")[0] != bucket:
+        # `/my-data%2f`: a reader of the raw path would name another bucket than one of
+        # the decoded path; clients write bucket names as they are.
+        raise AddressError(
+            "InvalidURI", "The bucket name must be written in the path unencoded (no %XX)"
+        )
     if bucket and not BUCKET_NAME.fullmatch(bucket):
         raise AddressError(
             "InvalidBucketName",

@@ -25,9 +25,15 @@ def data(tmp_path: Path) -> Iterator[Data]:
     end_agents(found.dir, grace=2)
 
 
+TREES: dict[str, os.stat_result] = {}
+
+
 def _sandboxed(handle: str) -> list[int]:
-    """Processes whose root is the instance's sandbox: its /opt/ml is the instance's."""
-    tree = os.stat(Path(handle) / "opt" / "ml")
+    """Processes whose root is the instance's sandbox: its /opt/ml is the instance's (as
+    it was while the instance ran: its agent removes it as it ends)."""
+    if handle not in TREES:
+        TREES[handle] = os.stat(Path(handle) / "opt" / "ml")
+    tree = TREES[handle]
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -40,8 +46,7 @@ def _sandboxed(handle: str) -> list[int]:
 
 
 def _owned(data: Data, name: str) -> tuple[LocalBackend, str, int]:
-    backend = LocalBackend(data.dir)
-    backend._forks.end_with_owner = True
+    backend = LocalBackend(data.dir, agents_end_with_owner=True)
     handle = _launch(backend, data, name, SLEEPER)
     wait_for(lambda: _output(handle) == ["ran"], what="the job to run")
     assert _sandboxed(handle)
