@@ -24,6 +24,7 @@ from dockyard.compute.agent_files import (
     UnsafeArchive,
     entries,
     extract_tar,
+    new_file,
     open_regular,
     regular_files,
 )
@@ -111,11 +112,29 @@ def _channel_objects(
 
 
 def _download_all(
-    store: S3Store, pairs: list[tuple[str, str]], target: Path, check_stop: CheckStop
+    store: S3Store,
+    pairs: list[tuple[str, str]],
+    base: Path,
+    target: Path,
+    check_stop: CheckStop,
 ) -> None:
     for uri, relative in pairs:
         check_stop()
-        store.download(uri, target.joinpath(*_safe_relative(relative, uri)))
+        _download(store, uri, base, target.joinpath(*_safe_relative(relative, uri)))
+
+
+def _download(store: S3Store, uri: str, base: Path, path: Path) -> None:
+    """One object into the tree as root, by descriptor: never through a link, never into
+    a directory the job's user owns (`new_file`)."""
+    try:
+        fd = new_file(base, path)
+    except OSError as exc:
+        raise ClientError(f'The S3 object "{uri}" cannot be placed at {path}: {exc}') from exc
+    try:
+        # The file this descriptor is, whatever its name leads to now.
+        store.download(uri, Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: CheckStop) -> None:
@@ -124,7 +143,8 @@ def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: Chec
         for channel in spec.input_data_config:
             directory = layout.data_dir / str(channel["ChannelName"])
             directory.mkdir(parents=True, exist_ok=True)
-            _download_all(store, _channel_objects(spec, store, channel), directory, check_stop)
+            objects = _channel_objects(spec, store, channel)
+            _download_all(store, objects, layout.opt_ml, directory, check_stop)
         if spec.checkpoint_s3_uri:
             prefix = spec.checkpoint_s3_uri.rstrip("/") + "/"
             _, prefix_key = parse_s3_uri(prefix)
@@ -133,7 +153,7 @@ def stage_inputs(spec: JobSpec, layout: Layout, store: S3Store, check_stop: Chec
                 for uri in store.list(prefix)
                 if not uri.endswith("/")
             ]
-            _download_all(store, pairs, layout.checkpoint_dir(spec), check_stop)
+            _download_all(store, pairs, layout.opt_ml, layout.checkpoint_dir(spec), check_stop)
         submit = script_name(spec.submit_directory)
         if submit and not spec.entrypoint:
             _stage_code(spec, submit, layout, store)
@@ -158,7 +178,7 @@ def _stage_code(spec: JobSpec, submit: str, layout: Layout, store: S3Store) -> N
             f'sagemaker_submit_directory "{submit}" must be an s3:// URI of a tar.gz archive'
         )
     archive = layout.root / "tmp" / "sourcedir.tar.gz"
-    store.download(submit, archive)
+    _download(store, submit, layout.root, archive)
     layout.code_dir.mkdir(parents=True, exist_ok=True)
     try:
         # By descriptor, never through a link of its own (tarfile's "data" filter

@@ -95,7 +95,13 @@ class Layout:
     def checkpoint_dir(self, spec: JobSpec) -> Path:
         """CheckpointConfig.LocalPath: a directory of the job's tree, never outside it."""
         local = posixpath.normpath(spec.checkpoint_local_path or "/opt/ml/checkpoints")
-        if local != "/opt/ml" and local.startswith("/opt/ml/") and ".." not in local.split("/"):
+        if (
+            local != "/opt/ml"
+            and local.startswith("/opt/ml/")
+            and ".." not in local.split("/")
+            # Never the warm pool's cache (the job's own between jobs) nor its parent.
+            and not (local + "/").startswith("/opt/ml/sagemaker/")
+        ):
             return self.container(local)
         raise ValueError(
             f"CheckpointConfig.LocalPath {spec.checkpoint_local_path!r} must be a directory "

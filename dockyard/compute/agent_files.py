@@ -239,6 +239,46 @@ def _freeze(dir_fd: int, skip: tuple[int, int] | None) -> None:
             os.chown(entry.name, 0, 0, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def new_file(base: Path, path: Path) -> int:
+    """A descriptor of a new, empty file at `path` (under `base`) for the agent to fill:
+    its directories made or opened one component at a time without following a link,
+    each of them root's (a directory the sandbox's user owns - a warm pool's cache -
+    is refused: the user could turn anything in it onto a host file), and whatever was
+    at its name replaced (never a directory). OSError otherwise."""
+    parts = relative_parts(base, path)
+    if not parts or any(part in ("", ".", "..") for part in parts):
+        raise OSError(f"refusing the path {path}")
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        _check_owner(fd, base)
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            _check_owner(fd, path)
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        return os.open(
+            parts[-1],
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=fd,
+        )
+    finally:
+        os.close(fd)
+
+
+def _check_owner(dir_fd: int, path: Path) -> None:
+    if os.geteuid() == 0 and os.fstat(dir_fd).st_uid != 0:
+        raise OSError(f"{path} is in a directory the job's user owns")
+
+
 class UnsafeArchive(Exception):
     """A member of a tenant's archive that would land outside its directory, or is not
     a file, directory or link."""

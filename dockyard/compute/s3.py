@@ -324,7 +324,10 @@ class BotoS3:
     def download(self, uri: str, path: Path) -> None:
         bucket, key = parse_s3_uri(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._call(uri, "download", self._client.download_file, bucket, key, str(path))
+        # Into the file at `path` itself (it may be a descriptor's /proc/self/fd/N), not
+        # a temporary file beside it renamed over it.
+        with open(path, "wb") as target:
+            self._call(uri, "download", self._client.download_fileobj, bucket, key, target)
 
     def upload(self, path: Path, uri: str) -> None:
         bucket, key = parse_s3_uri(uri)

@@ -16,6 +16,8 @@ from typing import Any
 
 OPT_ML = "/opt/ml"
 DEFAULT_CHECKPOINTS = "/opt/ml/checkpoints"
+# SageMaker's own part of the tree: the warm pool cache is /opt/ml/sagemaker/warmpoolcache.
+MANAGED = "/opt/ml/sagemaker"
 
 
 def _segments_escape(key: str) -> bool:
@@ -35,6 +37,13 @@ def checkpoint_path_problem(local_path: str) -> str | None:
         return (
             f"CheckpointConfig.LocalPath must be a directory under {OPT_ML} without . or .. "
             f"(got {local_path!r}); the default is {DEFAULT_CHECKPOINTS}"
+        )
+    if normal == MANAGED or normal.startswith(MANAGED + "/"):
+        # The warm pool's cache is the job's own between jobs: the agent, as root, stages
+        # checkpoints into nothing the job's user could have prepared.
+        return (
+            f"CheckpointConfig.LocalPath must not be under {MANAGED} (got {local_path!r}): "
+            "that is SageMaker's (the warm pool's cache)"
         )
     return None
 

@@ -20,6 +20,7 @@ from dockyard.compute.agent_files import (
     extract_tar,
     freeze,
     hand_over,
+    new_file,
     read_regular,
     regular_files,
 )
@@ -307,3 +308,23 @@ def test_an_instance_sees_its_own_gpus_devices_only(tmp_path: Path) -> None:
     assert command.index("--dev") < command.index("--dev-bind-try")
     plain = _sandbox(tmp_path / "other").command(["x"], sys.executable)
     assert "--dev-bind-try" not in plain
+
+
+def test_a_staged_file_never_lands_through_a_link_or_in_the_users_directory(
+    tmp_path: Path, host_secret: Path
+) -> None:
+    tree = tmp_path / "opt-ml"
+    (tree / "checkpoints").mkdir(parents=True)
+    (tree / "input").symlink_to(host_secret.parent)
+    with pytest.raises(OSError):
+        new_file(tree, tree / "input" / "data" / "x")  # through a link
+    (tree / "cache").mkdir()
+    os.chown(tree / "cache", UID, UID)
+    with pytest.raises(OSError):
+        new_file(tree, tree / "cache" / "ck" / "x")  # the user's directory
+    (tree / "checkpoints" / "x").symlink_to(host_secret)
+    fd = new_file(tree, tree / "checkpoints" / "x")  # the link itself is replaced
+    os.write(fd, b"staged")
+    os.close(fd)
+    assert (tree / "checkpoints" / "x").read_bytes() == b"staged"
+    assert host_secret.read_text() == "the host's secret"

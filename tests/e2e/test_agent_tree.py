@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from dockyard.compute.sandbox_limits import Cgroup
 from tests.e2e.test_sandbox import SERVER_SECRET, finish, job, model, output, secrets_of, why
@@ -469,3 +470,61 @@ def test_the_agents_packing_runs_in_the_jobs_cgroup(box: DockyardServer) -> None
     done = finish(client, "charged")
     assert done["TrainingJobStatus"] == "Completed", why(done)
     assert len(model(box, "charged")["noise.bin"]) == 160 * 1024 * 1024
+
+
+def test_links_a_pool_leaves_in_its_cache_are_never_written_through(
+    box: DockyardServer,
+) -> None:
+    """A warm pool's cache is its jobs' own from job to job: the agent, root, never
+    stages anything into it (where the last job could have left links to host files)."""
+    target = box.data_dir.parent / "pool-cache-target"
+    client = box.client()
+    keep = {"ResourceConfig": {"KeepAlivePeriodInSeconds": 600}}
+    plant = f"""
+        import os
+        cache = os.environ["SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"]
+        os.makedirs(cache + "/ck", exist_ok=True)
+        os.symlink({str(target)!r}, cache + "/ck/proof.txt")
+    """
+    client.create_training_job(**job(box, "cache-plant", plant, **keep))
+    assert finish(client, "cache-plant")["TrainingJobStatus"] == "Completed"
+    _wait_pool(client, "cache-plant", "Available")
+    checkpoints = box.data_dir / "s3" / "results" / "ck-cache"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    (checkpoints / "proof.txt").write_text("written through a link")
+    with pytest.raises(ClientError) as refused:
+        client.create_training_job(
+            **job(
+                box,
+                "cache-fire",
+                "print('hi')",
+                CheckpointConfig={
+                    "S3Uri": "s3://results/ck-cache/",
+                    "LocalPath": "/opt/ml/sagemaker/warmpoolcache/ck",
+                },
+                **keep,
+            )
+        )
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert "CheckpointConfig.LocalPath" in str(refused.value)
+    # The next job on the pool, with its checkpoints where they belong, stages no less.
+    client.create_training_job(
+        **job(
+            box,
+            "cache-next",
+            "import os; print(sorted(os.listdir('/opt/ml/checkpoints')))",
+            CheckpointConfig={"S3Uri": "s3://results/ck-cache/"},
+            **keep,
+        )
+    )
+    done = finish(client, "cache-next")
+    assert done["TrainingJobStatus"] == "Completed", why(done)
+    assert (
+        client.describe_training_job(TrainingJobName="cache-plant")["WarmPoolStatus"]["Status"]
+        == "Reused"
+    )
+    assert "['proof.txt']" in output(box, "cache-next")
+    assert not target.exists()
+    client.update_training_job(
+        TrainingJobName="cache-next", ResourceConfig={"KeepAlivePeriodInSeconds": 0}
+    )
