@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute import wake
@@ -56,6 +56,7 @@ from dockyard.compute.agent_exec import NodeExec
 from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_forks import FORK_SERVER_FLAG
 from dockyard.compute.agent_forks import serve as serve_forks
+from dockyard.compute.agent_output import OutputReader
 from dockyard.compute.agent_s3_relay import S3Relay, relay_environment
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_shell import NodeShells
@@ -63,11 +64,9 @@ from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_volume import VolumeWatch
 from dockyard.compute.agent_zygote import Zygote, job_message
 from dockyard.compute.instance_state import InstanceState
-from dockyard.compute.log_index import LogWriter, read_metrics, write_metrics
 from dockyard.compute.private_files import write_private
 from dockyard.compute.s3 import S3Error, S3Store, s3_from_config
 from dockyard.compute.sandbox_netns import NetnsError
-from dockyard.domain.metrics import Scraper
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
 
@@ -78,10 +77,6 @@ IDLE_POLL_SECONDS = 1.0
 MAX_REASON = 1024
 # How often a running node looks for a stop (a command sent to it wakes it at once).
 NODE_POLL_SECONDS = 0.5
-# Long enough for any line a person would read; longer ones are split, not lost.
-MAX_LINE_BYTES = 64 * 1024
-# How often, at most, the metrics file is rewritten while lines keep changing it.
-METRICS_WRITE_SECONDS = 1.0
 
 
 def _iso_now() -> str:
@@ -258,9 +253,13 @@ class Agent:
             self._relay.close()
             self._relay = None
         if self.confinement is not None:
+            # What the job left is removed at the job's cost (a million files take a
+            # while), while its cgroup is still there to bear it.
+            with contextlib.suppress(Exception):
+                self._charged(self.confinement, self.layout.remove_instance_files)
             self.confinement.close()
             self.confinement = None
-        self.layout.remove_instance_files()
+        self.layout.remove_instance_files()  # done already, but unconfined or left over
         return 0
 
     def _previous_state(self) -> dict[str, Any] | None:
@@ -382,9 +381,19 @@ class Agent:
         """Wait for the control plane: the next job's directory, or None (released)."""
         # The finished job's files are uploaded: the next job gets a fresh /opt/ml (but
         # the pool's cache), /tmp and home, made now rather than while it waits.
-        self.layout.reset_for_next_job()
         if self.confinement is not None:
-            self.confinement.wipe_scratch()
+            confinement = self.confinement
+
+            def empty() -> None:
+                self.layout.reset_for_next_job()
+                confinement.wipe_scratch()
+
+            try:
+                self._charged(confinement, empty)  # at the job's cost (see `_shut_down`)
+            except Exception:
+                empty()  # the pool's next job gets its fresh tree all the same
+        else:
+            self.layout.reset_for_next_job()
         self.layout.make_dirs(spec)  # the usual tree, ready before the next job comes
         self._park_interpreter(spec)
         fifo = self.layout.wake_fifo
@@ -515,8 +524,14 @@ class Agent:
             return {"phase": None, "failure_reason": str(reason)}
         # The reader first: the job's first line is stamped when it is read.
         assert process.stdout is not None
-        reader = threading.Thread(target=self._stream, args=(process.stdout, spec), daemon=True)
-        reader.start()
+        reader = OutputReader(
+            process.stdout,
+            spec,
+            self.layout,
+            confinement.cgroup,
+            lambda at: self.state.update(first_output_at=at),
+            self._children,
+        )
         self.state.update(
             phase="training",
             pid=process.pid,
@@ -537,6 +552,7 @@ class Agent:
             if stop_reason is not None:
                 self._terminate(zygote, spec.stop_grace_seconds)
                 break
+            reader.poll()
             # Back as soon as the job exits, not at the next poll: a short job's end is
             # seen at once (a stop or the deadline at most POLL_SECONDS late).
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -573,31 +589,14 @@ class Agent:
         # The job's own file, read as the job could (no links, nothing but a file).
         written = read_regular(self.layout.opt_ml, self.layout.failure_file, MAX_REASON * 4)
         text = (written or b"").decode(errors="replace").strip()
-        return text[:MAX_REASON] if text else _describe_exit(code)
-
-    def _stream(self, stream: IO[bytes], spec: JobSpec) -> None:
-        first = True
-        scraper = Scraper(spec.metric_definitions)
-        # A resumed job's stream goes on: so do its metrics.
-        scraper.latest.update(read_metrics(self.layout.metrics_file))
-        written = monotonic()
-        changed = False
-        with LogWriter(self.layout.log_file) as log:
-            try:
-                for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
-                    line = raw.decode("utf-8", errors="replace").removesuffix("\n")
-                    line = line.removesuffix("\r")
-                    timestamp = log.write(int(wall_now().timestamp() * 1000), line)
-                    if first:
-                        first = False
-                        self.state.update(first_output_at=_iso_now())
-                    changed = scraper.feed(timestamp, line) or changed
-                    if changed and monotonic() - written >= METRICS_WRITE_SECONDS:
-                        write_metrics(self.layout.metrics_file, scraper.latest)
-                        written, changed = monotonic(), False
-            finally:
-                if scraper.patterns:
-                    write_metrics(self.layout.metrics_file, scraper.latest)
+        if not text:
+            return _describe_exit(code)
+        # The job's own words, as SageMaker shows them: an algorithm's (or the client's)
+        # error, never one that reads as the platform's (InternalServerError, which also
+        # keeps no warm pool).
+        if not text.startswith(("AlgorithmError:", "ClientError:")):
+            text = f"AlgorithmError: {text}"
+        return text[:MAX_REASON]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -230,15 +230,24 @@ def _gib(size: int) -> str:
     return f"{size / 1024**3:.2f} GiB"
 
 
+# What an entry costs the file system beyond its data: its inode and directory entry.
+ENTRY_BYTES = 256
+
+
 def written_bytes(base: Path, directories: list[Path], *, apparent: bool = False) -> int:
-    """What the regular files under `directories` take: their sizes as `stat` says
-    (`apparent`: a sparse file counts all it claims to hold), else the larger of that
-    and the disk they really use."""
+    """What is under `directories`. `apparent`: the sizes its regular files claim (a
+    sparse file counts all it claims to hold: what packing it would make of it). Else
+    what it takes from the disk: every entry - files, directories, links, FIFOs - by
+    the larger of its size and the blocks it uses, and an inode's worth each (a
+    million empty files or links with long targets fill a disk too)."""
     total = 0
     for directory in directories:
-        for entry in regular_files(base, directory):
-            size = entry.info.st_size
-            total += size if apparent else max(size, entry.info.st_blocks * 512)
+        for entry in entries(base, directory):
+            info = entry.info
+            if apparent:
+                total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+            else:
+                total += max(info.st_size, info.st_blocks * 512) + ENTRY_BYTES
     return total
 
 

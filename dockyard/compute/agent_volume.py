@@ -5,8 +5,9 @@ left". Here an instance's tree and home are directories of the host's disk, so t
 agent measures what the job has written there every few seconds - each file counted
 by the larger of the size it claims and the disk it uses, so a sparse file counts all
 it claims - and fails the job once that is more than its volume holds, as the kubelet
-evicts a pod over its ephemeral-storage limit. The measuring walk runs in the job's
-cgroup (`agent_charged`): a job with a million files pays for counting them.
+evicts a pod over its ephemeral-storage limit. What it printed counts too: its log is
+kept on this host. The measuring walk runs in the job's cgroup (`agent_charged`): a
+job with a million files pays for counting them.
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ class VolumeWatch:
             self._thread.start()
 
     def measure(self) -> int:
+        """The instance's tree and home, and the job's log (what it printed, kept on
+        this host: on SageMaker the log leaves the instance, here it stays on it)."""
         home = SandboxDirs(self.layout.root).home
-        return written_bytes(self.layout.root, [self.layout.opt_ml, home])
+        logs = self.layout.log_file.parent
+        return written_bytes(self.layout.root, [self.layout.opt_ml, home]) + written_bytes(
+            self.layout.run_dir, [logs]
+        )
 
     def _watch(self) -> None:
         while not self._stopped.wait(CHECK_SECONDS):

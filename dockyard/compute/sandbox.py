@@ -327,9 +327,7 @@ class Sandbox:
         args += ["--", *_setpriv(self.uid), "--", *argv]
         if self.netns is not None:
             args = [tool("nsenter"), f"--net={self.netns}", "--", *args]
-        if self.cgroup is not None:
-            args = self.cgroup.join_command() + args
-        return args
+        return _as_root_first(self.cgroup) + args
 
     def _check_bindable(self, directory: Path, python: str) -> None:
         if any(_under(directory, Path(private)) for private in _PRIVATE):
@@ -355,6 +353,20 @@ class Sandbox:
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
         }
+
+
+# A job's processes go first when the host as a whole runs out of memory (the server
+# and the agents last). Written by root before the job's user exists, which also sets
+# the floor an unprivileged process may lower its score to: the job cannot lower it.
+JOB_OOM_SCORE = 500
+
+
+def _as_root_first(cgroup: Cgroup | None) -> list[str]:
+    """A prefix run as root before the sandbox: the job's OOM score, its cgroup."""
+    steps = [f"echo {JOB_OOM_SCORE} > /proc/self/oom_score_adj"]
+    if cgroup is not None:
+        steps += cgroup.join_steps()
+    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh"]
 
 
 def make_owned_dir(path: Path, uid: int) -> None:

@@ -184,11 +184,10 @@ class Cgroup:
         if limits.pids:
             _write(dirs["pids"] / "pids.max", str(limits.pids))
 
-    def join_command(self) -> list[str]:
-        """A prefix that moves the command into this cgroup before it starts: writing 0
-        to cgroup.procs moves the writer, and `exec` keeps the process."""
-        moves = " && ".join(f"echo 0 > {d / 'cgroup.procs'}" for d in self.dirs)
-        return ["/bin/sh", "-c", f'{moves} && exec "$@"', "sh"]
+    def join_steps(self) -> list[str]:
+        """Shell steps that move the shell into this cgroup: writing 0 to cgroup.procs
+        moves the writer (and a later `exec` keeps the process)."""
+        return [f"echo 0 > {d / 'cgroup.procs'}" for d in self.dirs]
 
     def processes(self) -> set[int]:
         found: set[int] = set()

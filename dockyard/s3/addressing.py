@@ -29,8 +29,9 @@ from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 # A bucket name S3 allows (gofakes3 creates no other): lower-case letters, digits, dots
 # and hyphens, never a path of its own (`.`, `..`, `_dockyard`, ...).
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-# As `dockyard.api.sigv4` reads an Authorization header's credential.
-_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
+# As `dockyard.api.sigv4` reads an Authorization header's credential: the value only,
+# split after (a regex that split it too was quadratic on repeated "Credential=").
+_CREDENTIAL = re.compile(r"Credential=([^,\s]*)")
 # An Authorization header as SigV4 clients write it, read whole (the gateway reads one
 # more leniently, so only a header read whole here is read the same way there).
 _AUTHORIZATION = re.compile(
@@ -220,7 +221,10 @@ def credential(authorizations: Sequence[str], query: str) -> tuple[str, str]:
 def credential_scope(authorization: str) -> tuple[str, str] | None:
     """(access key id, service) an Authorization header claims, unverified."""
     match = _CREDENTIAL.search(authorization)
-    return (match.group(1), match.group(2)) if match else None
+    parts = match.group(1).split("/") if match else []
+    if len(parts) != 5 or parts[4] != "aws4_request" or not parts[0] or not parts[3]:
+        return None
+    return parts[0], parts[3]
 
 
 def signing_service(authorization: str | None, query: str) -> tuple[str, str] | None:

@@ -308,7 +308,23 @@ def test_failure_file_becomes_the_reason(instance: Instance) -> None:
     )
     assert state["phase"] == "failed"
     assert state["exit_code"] == 3
-    assert state["failure_reason"] == "bad things"
+    assert state["failure_reason"] == "AlgorithmError: bad things"
+
+
+def test_a_failure_file_cannot_pass_for_the_platforms_failure(instance: Instance) -> None:
+    state = instance.run(
+        entrypoint=py(
+            """
+            import os
+            with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as f:
+                f.write("InternalServerError: the instance agent was restarted")
+            raise SystemExit(3)
+            """
+        )
+    )
+    assert state["failure_reason"] == (
+        "AlgorithmError: InternalServerError: the instance agent was restarted"
+    )
     # SageMaker uploads whatever a failed job left behind.
     assert instance.object("out/my-job/output/model.tar.gz").exists()
 

@@ -328,3 +328,20 @@ def test_a_staged_file_never_lands_through_a_link_or_in_the_users_directory(
     os.close(fd)
     assert (tree / "checkpoints" / "x").read_bytes() == b"staged"
     assert host_secret.read_text() == "the host's secret"
+
+
+def test_what_a_job_wrote_counts_every_entry_not_only_files(tmp_path: Path) -> None:
+    """Links with long targets and empty directories fill a disk as files do."""
+    from dockyard.compute.agent_data import ENTRY_BYTES, written_bytes
+
+    tree = tmp_path / "opt-ml"
+    (tree / "model").mkdir(parents=True)
+    for i in range(50):
+        (tree / "model" / f"l{i}").symlink_to("x" * 3000)
+        (tree / "model" / f"d{i}").mkdir()
+    (tree / "model" / "sparse").write_bytes(b"")
+    os.truncate(tree / "model" / "sparse", 1 << 30)
+    used = written_bytes(tree, [tree / "model"])
+    assert used >= 50 * 3000 + 50 * 4096 + (1 << 30) + 101 * ENTRY_BYTES
+    # What packing would make of it: the files' sizes only.
+    assert written_bytes(tree, [tree / "model"], apparent=True) == 1 << 30

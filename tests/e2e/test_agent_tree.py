@@ -438,6 +438,50 @@ def test_what_a_job_writes_is_held_to_its_volume(
         assert not (box.data_dir / "s3" / "results" / "out" / name).exists()
 
 
+def _agents_in_cgroup(root: Path) -> set[str]:
+    """The processes of the instance's cgroup that are the agent's (its forks)."""
+    found = Cgroup.of(root)
+    assert found is not None
+    agents = set()
+    for directory in found[0].dirs:
+        try:
+            pids = (directory / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"dockyard.compute.agent" in command:
+                agents.add(pid)
+    return agents
+
+
+def test_the_jobs_output_is_read_in_its_cgroup(box: DockyardServer) -> None:
+    """A job printing as fast as it can costs its log's reader as much: the job's own
+    CPU, not the host's. (The reader is the agent's child that stays in the cgroup for
+    as long as the job prints.)"""
+    client = box.client()
+    code = """
+        import os, time
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not os.path.exists("/opt/ml/input/go"):
+            print("", flush=True)
+    """
+    client.create_training_job(**job(box, "flood", code))
+    root = instance_root(box, "flood")
+    deadline = time.monotonic() + 60
+    while True:
+        before = _agents_in_cgroup(root)
+        time.sleep(1.5)
+        if before & _agents_in_cgroup(root):
+            break
+        assert time.monotonic() < deadline
+    open_gate(box, "flood")
+    assert finish(client, "flood")["TrainingJobStatus"] == "Completed"
+
+
 def test_the_agents_packing_runs_in_the_jobs_cgroup(box: DockyardServer) -> None:
     """Compressing a job's model costs what the job left: it is the job's to pay for."""
     code = """

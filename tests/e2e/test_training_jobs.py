@@ -197,7 +197,7 @@ def test_a_failing_job_reports_its_failure_file(server: DockyardServer) -> None:
     client.create_training_job(**script_job(server, "fails", code))
     job = wait_for(client, "fails", {"Completed", "Failed", "Stopped"})
     assert job["TrainingJobStatus"] == "Failed"
-    assert job["FailureReason"] == "ValueError: the data had no rows"
+    assert job["FailureReason"] == "AlgorithmError: ValueError: the data had no rows"
     assert job["SecondaryStatus"] == "Failed"
 
 
