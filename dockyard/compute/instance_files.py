@@ -13,6 +13,8 @@ import json
 import os
 import re
 import shutil
+import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from dockyard.compute.log_index import RECORD, LogReader, index_path, read_metri
 from dockyard.domain.metrics import Latest
 
 _HOST = re.compile(r"algo-[1-9][0-9]*")
+# Where removed instances' files wait to be deleted (no job key starts with a dot).
+PURGING = ".purging"
 
 
 def _whole(path: Path, data: bytes) -> bytes:
@@ -178,7 +182,10 @@ class InstanceFiles:
     def remove(self, job_key: str, held: Callable[[Path], bool] = lambda _root: False) -> bool:
         """Delete everything of `job_key`'s instances, unless one of them is `held` (an
         agent still runs there, and so may use what its instances share: their network);
-        True once nothing is left. By descriptor: a link the job left goes as a link."""
+        True once nothing is left under the job's name. The files are moved aside at
+        once and deleted by a thread of their own (a tree a crashed agent left can hold
+        a million files: no caller waits for them), by descriptor: a link the job left
+        goes as a link."""
         top = self.root / job_key
         if top.is_symlink():
             top.unlink()
@@ -186,8 +193,20 @@ class InstanceFiles:
             return True
         if any([held(entry) for entry in top.iterdir()]):
             return False
-        shutil.rmtree(top, ignore_errors=True)
-        return not top.exists()
+        aside = self.root / PURGING / f"{job_key}-{uuid.uuid4().hex[:8]}"
+        aside.parent.mkdir(mode=0o700, exist_ok=True)
+        os.replace(top, aside)
+        self.sweep_purged()
+        return True
+
+    def sweep_purged(self) -> None:
+        """Delete what `remove` moved aside (also what a restart interrupted)."""
+        directory = self.root / PURGING
+        if not directory.is_dir():
+            return
+        threading.Thread(
+            target=shutil.rmtree, args=(directory,), kwargs={"ignore_errors": True}, daemon=True
+        ).start()
 
     def state(self, job_key: str, host: str) -> dict[str, Any] | None:
         """The state the instance last reported, None if it left none here."""

@@ -150,6 +150,7 @@ class LocalBackend(InstanceFiles):
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         if self.root.is_dir():
             sweep_networks(self.root)  # of agents that died while the server was down
+            self.sweep_purged()  # deleted jobs' files a restart left half removed
 
     def sandbox_uid(self, account_id: str) -> int:
         """The account's sandbox user: the same for all its instances, never another
