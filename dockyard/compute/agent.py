@@ -300,11 +300,13 @@ class Agent:
         try:
             self.layout.make_dirs(spec)
             write_config(spec, self.layout)
-            self._charged(
-                confinement, lambda: stage_inputs(spec, self.layout, store, self._check_stop)
-            )
-            # From here the tree is the job's: the install already runs its code.
-            self._charged(confinement, confinement.hand_over)
+
+            def stage() -> None:
+                stage_inputs(spec, self.layout, store, self._check_stop)
+                # From here the tree is the job's: the install already runs its code.
+                confinement.hand_over()
+
+            self._charged(confinement, stage)
             spec = install_requirements(spec, self.layout, confinement)
             self.spec = spec
             command = job_command(spec, self.layout)
