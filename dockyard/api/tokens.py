@@ -26,9 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 # Members that carry a page token: what a request may send back, and what a response
-# may hold (GetLogEvents answers a token for each direction).
-REQUEST_TOKENS = ("NextToken", "nextToken", "Marker")
-RESPONSE_TOKENS = ("NextToken", "nextToken", "nextForwardToken", "nextBackwardToken", "Marker")
+# may hold (GetLogEvents answers a token for each direction). IAM's Marker is not one:
+# it is a plain offset into the caller's own simulation, read as ASCII digits in range
+# (handlers/identity.py), which a client may write itself.
+REQUEST_TOKENS = ("NextToken", "nextToken")
+RESPONSE_TOKENS = ("NextToken", "nextToken", "nextForwardToken", "nextBackwardToken")
 _TAG_BYTES = 16
 
 # A refused token, in each service's words: (error code, message), by signing name.
@@ -44,7 +46,6 @@ _REFUSALS = {
         "The NextToken is not valid: it is not one this operation returned; "
         "start again without it",
     ),
-    "iam": ("InvalidInput", "Marker is not one this operation returned for these actions"),
 }
 _DEFAULT_REFUSAL = ("ValidationException", "The pagination token is not valid")
 
