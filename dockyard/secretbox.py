@@ -7,6 +7,8 @@ database in the data dir (mode 0600) or comes from DOCKYARD_MASTER_KEY.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from pathlib import Path
 
@@ -27,6 +29,13 @@ def write_private(path: Path, text: str) -> None:
 class SecretBox:
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
+        self._key = key
+
+    def derive_key(self, purpose: str) -> bytes:
+        """A key of its own for `purpose` (an HMAC of the master key), so that what is
+        signed for one use is never taken for another, and the master key itself signs
+        nothing but the secrets it encrypts."""
+        return hmac.new(self._key, f"dockyard:{purpose}".encode(), hashlib.sha256).digest()
 
     @classmethod
     def for_data_dir(cls, data_dir: Path) -> SecretBox:

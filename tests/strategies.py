@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from dockyard.api.patterns import compile_pattern, translate_pattern
+from dockyard.api.untrusted import is_unicode
 
 # Below this depth only required members are drawn: it keeps bodies small and ends
 # recursion through optional members (SageMaker's SearchExpression nests itself).
@@ -170,10 +171,11 @@ def _valid_string(shape: Shape) -> SearchStrategy[str] | None:
     least = lo or 0
     most = hi if hi is not None else least + 40
     raw = shape.metadata.get("pattern")
-    # dockyard refuses NUL in every string (issue 12), whatever the model's pattern.
+    # dockyard refuses NUL in every string (issue 12), and a lone surrogate (issue 25),
+    # whatever the model's pattern.
     if raw is None:
         return st.text(
-            st.characters(exclude_characters="\x00"),
+            st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
             min_size=least,
             max_size=min(most, least + 20),
         )
@@ -181,7 +183,7 @@ def _valid_string(shape: Shape) -> SearchStrategy[str] | None:
     if pattern is None:
         return None  # unknown constraint: let the caller skip the member if it may
     return st.from_regex(pattern, fullmatch=True).filter(
-        lambda s: least <= len(s) <= most and "\x00" not in s
+        lambda s: least <= len(s) <= most and "\x00" not in s and is_unicode(s)
     )
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from sqlalchemy import text
 from starlette.applications import Starlette
@@ -16,9 +18,9 @@ from starlette.routing import Mount, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from dockyard.api import cluster_exec, cluster_shell
+from dockyard.api import cluster_exec, cluster_shell, untrusted
 from dockyard.api.context import ServerState
-from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher
+from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher, known_operations
 from dockyard.api.metrics import ApiMetrics
 from dockyard.api.operator import (
     clock_endpoint,
@@ -30,6 +32,13 @@ from dockyard.api.operator import (
 from dockyard.api.s3 import is_s3
 from dockyard.clock import monotonic
 from dockyard.web.console import Console
+
+# A read-only request runs on the event loop (api/dispatch.py) only if its body is this
+# small: decoding and validating 4 MB of JSON there would hold every other request.
+INLINE_BODY_BYTES = 64 * 1024
+EXEC_OPERATION = "dockyard.ExecClusterNode"
+SHELL_OPERATION = "dockyard.StartClusterNodeSession"
+S3_METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
@@ -51,7 +60,9 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 def create_app(state: ServerState) -> Starlette:
     dispatcher = Dispatcher(state)
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
-    metrics = ApiMetrics()
+    metrics = ApiMetrics(
+        known_operations() | {EXEC_OPERATION, SHELL_OPERATION} | {f"S3.{m}" for m in S3_METHODS}
+    )
     node_commands = cluster_exec.NodeCommands(state, dispatcher.keys)
     # A command holds its thread until it ends: threads of their own, so a few long
     # ones never starve the API's.
@@ -78,7 +89,8 @@ def create_app(state: ServerState) -> Starlette:
             headers,
             body,
         )
-        if dispatcher.runs_inline(request.headers.get("x-amz-target", "")):
+        small = len(body) <= INLINE_BODY_BYTES
+        if small and dispatcher.runs_inline(request.headers.get("x-amz-target", "")):
             result = dispatcher.handle(*args)
         else:
             # A plain executor: anyio's to_thread (Starlette's run_in_threadpool) costs
@@ -88,6 +100,22 @@ def create_app(state: ServerState) -> Starlette:
             )
         metrics.observe(result.operation, result.code, monotonic() - started)
         return Response(result.body, result.status, headers=result.headers)
+
+    def run_node_command(
+        method: str,
+        raw_path: str,
+        query_string: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> tuple[int, dict[str, Any], str]:
+        # A body no reader could take (a lone surrogate in Command or ClusterName, JSON
+        # nested past the decoder) is refused before NodeCommands reads it.
+        try:
+            untrusted.read_json(body)
+        except untrusted.BodyError as exc:
+            refused = {"__type": "SerializationException", "message": exc.message}
+            return 400, refused, str(uuid.uuid4())
+        return node_commands.handle(method, raw_path, query_string, headers, body)
 
     async def node_exec(request: Request) -> Response:
         started = monotonic()
@@ -104,7 +132,7 @@ def create_app(state: ServerState) -> Starlette:
         scope = request.scope
         status, answer, request_id = await asyncio.get_running_loop().run_in_executor(
             exec_executor,
-            node_commands.handle,
+            run_node_command,
             request.method,
             scope.get("raw_path", b"/").decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
@@ -112,7 +140,7 @@ def create_app(state: ServerState) -> Starlette:
             body,
         )
         code = str(answer.get("__type", "OK"))
-        metrics.observe("dockyard.ExecClusterNode", code, monotonic() - started)
+        metrics.observe(EXEC_OPERATION, code, monotonic() - started)
         headers = {"x-amzn-requestid": request_id}
         if status >= 400:
             headers["x-amzn-errortype"] = code
@@ -121,7 +149,7 @@ def create_app(state: ServerState) -> Starlette:
     async def node_shell(websocket: WebSocket) -> None:
         started = monotonic()
         code = await node_shells.serve(websocket)
-        metrics.observe("dockyard.StartClusterNodeSession", code, monotonic() - started)
+        metrics.observe(SHELL_OPERATION, code, monotonic() - started)
 
     async def s3(request: Request) -> Response:
         if state.s3 is None:
@@ -155,7 +183,9 @@ def create_app(state: ServerState) -> Starlette:
     async def metrics_endpoint(request: Request) -> Response:
         if is_s3(request):  # a bucket named metrics
             return await s3(request)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+        # Off the event loop: /healthz and the API go on while it renders.
+        rendered = await run_in_threadpool(metrics.render)
+        return Response(rendered, media_type="text/plain; version=0.0.4")
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -40,6 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from dockyard.api import sigv4
 from dockyard.api.cluster_exec import NodeCommands, Refused
+from dockyard.api.untrusted import ascii_int
 from dockyard.compute import agent_shell
 from dockyard.services import cluster_exec
 from dockyard.services.errors import ServiceError, ValidationException
@@ -183,7 +184,7 @@ async def _client_to_node(websocket: WebSocket, writer: asyncio.StreamWriter) ->
             text = message.get("text") or ""
             try:
                 control = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return 'a text message must be JSON: {"Rows", "Cols"} or {"Eof": true}'
             if not isinstance(control, dict):
                 return "a text message must be a JSON object"
@@ -243,10 +244,12 @@ def _dimension(value: Any) -> bool:
 def _terminal(query: dict[str, str]) -> dict[str, Any]:
     size = {}
     for name, default in (("Rows", DEFAULT_ROWS), ("Cols", DEFAULT_COLS)):
-        text = query.get(name, str(default))
-        if not text.isdigit() or not _dimension(int(text)):
+        # ASCII digits only: "²" passes str.isdigit() and fails int(), and int() of
+        # 5,000 digits raises too.
+        value = ascii_int(query.get(name, str(default)), 1, 65535)
+        if value is None:
             raise ValidationException(f"{name} must be a whole number from 1 to 65535")
-        size[name.lower()] = int(text)
+        size[name.lower()] = value
     term = query.get("Term", agent_shell.DEFAULT_TERM)
     if not agent_shell.valid_term(term):
         raise ValidationException("Term must name a terminal type (letters, digits, ._+-)")

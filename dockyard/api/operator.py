@@ -6,8 +6,6 @@ changes, unless the server runs with `--clock manual`.
 
 from __future__ import annotations
 
-import hmac
-import json
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -15,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from dockyard.api.context import ServerState
+from dockyard.api.untrusted import BodyError, read_json, same_secret
 from dockyard.clock import ClockError, ManualClock, parse_duration, parse_instant
 from dockyard.domain.quotas import RequestStatus
 from dockyard.services import accounts, clock_state, fleet, maintenance, quotas
@@ -35,7 +34,23 @@ _NOT_OPERATOR = (
 
 def _authorised(state: ServerState, request: Request) -> bool:
     presented = request.headers.get(OPERATOR_HEADER, "")
-    return bool(presented) and hmac.compare_digest(presented, state.operator_token)
+    return bool(presented) and same_secret(presented, state.operator_token)
+
+
+def _invalid(message: str) -> JSONResponse:
+    return JSONResponse({"__type": "ValidationException", "message": message}, 400)
+
+
+async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request's body as a JSON object ({} when empty), or the 400 that says why it
+    is not one."""
+    try:
+        body = read_json(await request.body())
+    except BodyError as exc:
+        return JSONResponse({"__type": "SerializationException", "message": exc.message}, 400)
+    if not isinstance(body, dict):
+        return _invalid("the body must be a JSON object")
+    return body
 
 
 def _clock_view(state: ServerState) -> dict[str, Any]:
@@ -58,10 +73,10 @@ async def clock_endpoint(request: Request) -> JSONResponse:
             },
             409,
         )
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
     try:
-        body = json.loads(await request.body() or b"{}")
-        if not isinstance(body, dict):
-            raise ClockError("the body must be a JSON object")
         if "advance" in body:
             clock.advance(parse_duration(str(body["advance"])))
         elif "set" in body:
@@ -69,7 +84,9 @@ async def clock_endpoint(request: Request) -> JSONResponse:
         else:
             raise ClockError('say {"advance": "2h"} or {"set": "2026-01-01T00:00:00Z"}')
     except (ClockError, ValueError) as exc:
-        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+        return _invalid(str(exc))
+    except OverflowError:  # a duration or an instant past what a datetime holds
+        return _invalid("that is further than the clock can go (the year 9999)")
     with state.db.session() as session:
         clock_state.save(session, clock.now())
     # Answer once the reconcilers have caught up with the new time.
@@ -128,16 +145,12 @@ async def quota_request_endpoint(request: Request) -> JSONResponse:
     if not _authorised(state, request):
         return _denied(_NOT_OPERATOR, 403)
     request_id = request.path_params["request_id"]
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        body = None
-    decision = body.get("decision") if isinstance(body, dict) else None
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
+    decision = body.get("decision")
     if decision not in ("approve", "deny"):
-        return JSONResponse(
-            {"__type": "ValidationException", "message": 'say {"decision": "approve"|"deny"}'},
-            400,
-        )
+        return _invalid('say {"decision": "approve"|"deny"}')
     decide = quotas.approve if decision == "approve" else quotas.deny
 
     def apply() -> dict[str, Any]:
@@ -156,12 +169,16 @@ async def fleet_health_endpoint(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.dockyard
     if not _authorised(state, request):
         return _denied(_NOT_OPERATOR, 403)
-    try:
-        body = json.loads(await request.body() or b"{}")
-        if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object")
-    except ValueError as exc:
-        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
+    instances = body.get("instances") or []
+    if not isinstance(instances, list) or not all(isinstance(i, str) for i in instances):
+        return _invalid('"instances" must be a list of instance ids')
+    where = {name: body.get(name) for name in ("instance_type", "availability_zone")}
+    for name, value in where.items():
+        if value is not None and not isinstance(value, str):
+            return _invalid(f'"{name}" must be a string')
 
     def apply() -> dict[str, Any]:
         with state.db.session() as session:
@@ -170,14 +187,14 @@ async def fleet_health_endpoint(request: Request) -> JSONResponse:
                 state.clock.now(),
                 state.plans,
                 str(body.get("health", "")),
-                instance_ids=[str(i) for i in body.get("instances") or []],
-                instance_type=body.get("instance_type"),
-                availability_zone=body.get("availability_zone"),
+                instance_ids=instances,
+                instance_type=where["instance_type"],
+                availability_zone=where["availability_zone"],
             )
 
     try:
         result = await run_in_threadpool(apply)
     except ValueError as exc:
-        return JSONResponse({"__type": "ValidationException", "message": str(exc)}, 400)
+        return _invalid(str(exc))
     state.control.nudge()  # the pools reconciler lets the terminated pools' agents go
     return JSONResponse(result)

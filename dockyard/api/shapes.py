@@ -33,6 +33,7 @@ from botocore.model import Shape, StructureShape
 
 from dockyard.api.patterns import compile_pattern, translate_pattern
 from dockyard.api.shape_compiler import Compiler, bounds, cached
+from dockyard.api.untrusted import is_unicode
 
 __all__ = [
     "ValidationError",
@@ -209,6 +210,7 @@ def _length_rules(lo: int | None, hi: int | None) -> Callable[[int, Any, Path, E
 
 
 _NUL_RULE = "Member must not contain null characters"
+_UNICODE_RULE = "Member must be valid Unicode (it holds a lone UTF-16 surrogate)"
 
 
 def _string_validator(shape: Shape, compiler: Compiler) -> Validator:
@@ -225,6 +227,12 @@ def _string_validator(shape: Shape, compiler: Compiler) -> Validator:
     def check(value: Any, path: Path, errors: Errors) -> Any:
         if not isinstance(value, str):
             errors.append((_VALUE, value, path, "Member must be a string"))
+            return value
+        if not is_unicode(value):
+            # JSON can spell one ("\ud800"); no encoder writes it, so it would fail
+            # wherever the value went next (the database, a file name, a process).
+            readable = value.encode("utf-8", "backslashreplace").decode()
+            errors.append((_VALUE, _REDACTED if sensitive else readable, path, _UNICODE_RULE))
             return value
         shown = _REDACTED if sensitive else value
         if allowed is not None and value not in allowed:

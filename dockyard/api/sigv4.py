@@ -270,7 +270,9 @@ def verify(
     )
     key = signing_key(secret, signed.date, signed.region, signed.service)
     expected = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signed.signature):
+    # As bytes: compare_digest refuses a str with non-ASCII characters (TypeError), and
+    # the signature is whatever the client wrote.
+    if not hmac.compare_digest(expected.encode(), signed.signature.encode("utf-8", "replace")):
         raise AuthError(
             "InvalidSignatureException",
             "The request signature we calculated does not match the signature you provided. "

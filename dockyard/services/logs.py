@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import heapq
 import json
+import re
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,14 @@ SCAN_BYTES = 8 * 1024 * 1024  # lines one FilterLogEvents call searches at most
 # in its 1024 characters, each a search of every line) searches proportionally less, so
 # a call's work stays bounded whatever the pattern.
 TERMS_PER_PASS = 8
+# What a token's fields may hold (every token is checked field by field, although the
+# API seals them: api.tokens): an offset in the streams, an event's time (ms since the
+# epoch, within what a double holds exactly) and position, a stream name (the model's).
+MAX_OFFSET = 2**31
+MAX_TIMESTAMP = 2**53
+MAX_POSITION = 2**53
+MAX_STREAM_NAME = 512
+_POSITION = re.compile(r"[0-9]{1,16}")
 
 
 def _span(log: InstanceLog, params: Mapping[str, Any]) -> tuple[int, int]:
@@ -86,7 +95,8 @@ def _stream_token(direction: str, stream: str, position: int) -> str:
 def _decode_stream_token(token: str, stream: str, count: int) -> tuple[str, int]:
     direction, slash, body = token.partition("/")
     position_text, colon, token_stream = _unb64(body).partition(":")
-    valid = direction in ("f", "b") and slash and colon and position_text.isdigit()
+    # ASCII digits only: str.isdigit() takes "²", which int() refuses.
+    valid = direction in ("f", "b") and slash and colon and _POSITION.fullmatch(position_text)
     if not valid or token_stream != stream or int(position_text) > count:
         raise InvalidParameterException(
             "The specified nextToken is not valid: it was not returned for this log stream."
@@ -111,9 +121,11 @@ def _decode_query_token(params: Mapping[str, Any]) -> Any:
         return None
     try:
         data = json.loads(_unb64(token))
-        value, fingerprint = data["o"], str(data["q"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise InvalidParameterException("The specified nextToken is not valid.") from exc
+    if not isinstance(data, dict) or set(data) != {"o", "q"} or not isinstance(data["q"], str):
+        raise InvalidParameterException("The specified nextToken is not valid.")
+    value, fingerprint = data["o"], data["q"]
     if fingerprint != _fingerprint(params):
         raise InvalidParameterException(
             "The specified nextToken is not valid: it belongs to a different query."
@@ -125,9 +137,9 @@ def _decode_offset(params: Mapping[str, Any]) -> int:
     offset = _decode_query_token(params)
     if offset is None:
         return 0
-    if not isinstance(offset, int) or offset < 0:
+    if not _whole(offset, 0, MAX_OFFSET):
         raise InvalidParameterException("The specified nextToken is not valid.")
-    return offset
+    return int(offset)
 
 
 def _decode_key(params: Mapping[str, Any]) -> tuple[int, str, int] | None:
@@ -137,13 +149,19 @@ def _decode_key(params: Mapping[str, Any]) -> tuple[int, str, int] | None:
     valid = (
         isinstance(key, list)
         and len(key) == 3
-        and isinstance(key[0], int)
+        and _whole(key[0], -MAX_TIMESTAMP, MAX_TIMESTAMP)
         and isinstance(key[1], str)
-        and isinstance(key[2], int)
+        and len(key[1]) <= MAX_STREAM_NAME
+        and _whole(key[2], 0, MAX_POSITION)
     )
     if not valid:
         raise InvalidParameterException("The specified nextToken is not valid.")
     return key[0], key[1], key[2]
+
+
+def _whole(value: Any, lo: int, hi: int) -> bool:
+    """An int (not a bool, nor a float such as 1e300) in [lo, hi)."""
+    return type(value) is int and lo <= value < hi
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ from typing import Any
 
 from dockyard.services.errors import ValidationException
 
+# Offsets a token may carry: what SQL's OFFSET (a 64-bit integer) and a list's index
+# take with room to spare, and far beyond any real listing.
+MAX_OFFSET = 2**31
+
 
 def _fingerprint(query: Mapping[str, Any]) -> str:
     canonical = json.dumps(
@@ -31,24 +35,34 @@ def encode_token(offset: int, query: Mapping[str, Any]) -> str:
 
 
 def decode_token(token: str | None, query: Mapping[str, Any]) -> int:
-    """The offset a token points at; 0 when there is no token."""
+    """The offset a token points at; 0 when there is no token. Every field of a decoded
+    token is checked, type and range: the API seals the tokens it hands out
+    (`api.tokens`), and this is the second line, not the only one."""
     if not token:
         return 0
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         data = json.loads(raw)
-        offset = int(data["o"])
-        fingerprint = str(data["q"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValidationException(
-            "NextToken is not a token this operation returned; start again without it"
-        ) from exc
-    if offset < 0 or fingerprint != _fingerprint(query):
+    except (ValueError, RecursionError) as exc:  # binascii.Error is a ValueError
+        raise _not_ours() from exc
+    if not isinstance(data, dict) or set(data) != {"o", "q"}:
+        raise _not_ours()
+    offset, fingerprint = data["o"], data["q"]
+    # An int, not a bool or a float (1e300, Infinity): an offset the database can take.
+    if type(offset) is not int or not 0 <= offset < MAX_OFFSET or not isinstance(fingerprint, str):
+        raise _not_ours()
+    if fingerprint != _fingerprint(query):
         raise ValidationException(
             "NextToken belongs to a different query (filters or sort changed); "
             "start again without it"
         )
     return offset
+
+
+def _not_ours() -> ValidationException:
+    return ValidationException(
+        "NextToken is not a token this operation returned; start again without it"
+    )
 
 
 def page(

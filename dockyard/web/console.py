@@ -16,7 +16,6 @@ account (a warm pool's deadline, the leases the operator's fleet picture draws).
 
 from __future__ import annotations
 
-import hmac
 import re
 
 from starlette.concurrency import run_in_threadpool
@@ -25,6 +24,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dockyard.api.untrusted import same_secret
 from dockyard.clock import wall_now
 from dockyard.services import accounts
 from dockyard.services.accounts import KeyRecord
@@ -120,21 +120,21 @@ class Console(PlanPages, QuotaPages):
         if kind == "operator":
             presented = str(form.get("operator_key", ""))
             real_key = True
-            if presented and hmac.compare_digest(presented, self.state.operator_token):
+            if presented and same_secret(presented, self.state.operator_token):
                 principal = sessions.OPERATOR
         elif named is not None:
             secret = str(form.get("secret_access_key", ""))
             record = await run_in_threadpool(self.dispatcher.keys.get, named)
             if record is None:
                 record = await run_in_threadpool(self._key_in_any_state, named)
-                if record is not None and _same_secret(secret, record.secret_access_key):
+                if record is not None and same_secret(secret, record.secret_access_key):
                     return again(
                         403,
                         "This access key is disabled. An operator can enable it again "
                         "(dockyard keys enable).",
                     )
             real_key = record is not None
-            if record is not None and _same_secret(secret, record.secret_access_key):
+            if record is not None and same_secret(secret, record.secret_access_key):
                 principal = named
         if principal is None:
             self.sign_ins.failed(address, named if real_key else None)
@@ -161,7 +161,3 @@ class Console(PlanPages, QuotaPages):
         response = RedirectResponse(f"{sessions.PATH}/signin", 303)
         response.delete_cookie(sessions.COOKIE, **self._cookie_options(request))
         return response
-
-
-def _same_secret(presented: str, secret: str) -> bool:
-    return hmac.compare_digest(presented.encode(), secret.encode())

@@ -13,11 +13,11 @@ sign-in too, or another site could sign a browser in to its own account.
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
 from dataclasses import dataclass
 
+from dockyard.api.untrusted import same_secret
 from dockyard.secretbox import SecretBox
 
 COOKIE = "dockyard_console"
@@ -65,4 +65,4 @@ def unseal(box: SecretBox, cookie: str | None, now: float) -> Session | None:
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:
-    return bool(presented) and hmac.compare_digest(session.csrf, str(presented))
+    return bool(presented) and same_secret(str(presented), session.csrf)

@@ -798,3 +798,27 @@ def test_patterns_must_match_the_whole_value() -> None:
     assert "at 'TrainingJobName'" in excinfo.value.message
     assert "regular expression pattern" in excinfo.value.message
     assert parse_input(shape, {"TrainingJobName": "my-job-2"}) == {"TrainingJobName": "my-job-2"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"logGroupName": "g", "logStreamName": "x\ud800/algo-1-1"},
+        {"logGroupName": "g", "logStreamNames": ["ok", "\udfff"]},
+        {"logGroupName": "g", "filterPattern": "a\udc80b"},
+    ],
+)
+def test_a_string_that_is_not_unicode_is_refused_by_its_member(body: dict[str, Any]) -> None:
+    """Issue 25: JSON spells a lone surrogate ("\\ud800"), which no encoder writes; it
+    reached SQLite and file names and failed there (500)."""
+    operation = "GetLogEvents" if "logStreamName" in body else "FilterLogEvents"
+    with pytest.raises(ValidationError) as refused:
+        parse_input(input_shape(operation, LOGS), body)
+    assert "Member must be valid Unicode" in refused.value.message
+    assert (
+        "\\ud800" in refused.value.message
+        or "\\udfff" in refused.value.message
+        or ("\\udc80" in refused.value.message)
+    )
+    # A real character outside the BMP (a surrogate pair in JSON) is a character.
+    parse_input(input_shape("GetLogEvents", LOGS), {"logGroupName": "g", "logStreamName": "😀"})

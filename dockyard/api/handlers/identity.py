@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from dockyard.api.authorise import request_context
 from dockyard.api.context import Handler, RequestContext
+from dockyard.api.untrusted import ascii_int
 from dockyard.domain.policy import PolicyError, evaluate, parse_policy
 from dockyard.services.errors import ServiceError
 
@@ -81,10 +82,9 @@ def simulate_principal_policy(ctx: RequestContext, params: dict[str, Any]) -> di
     actions = list(params["ActionNames"])
     resources = list(params.get("ResourceArns") or ["*"])
     total = len(actions) * len(resources)
-    marker = str(params.get("Marker") or "0")
-    if not marker.isdigit() or int(marker) > total:
+    start = ascii_int(str(params.get("Marker") or "0"), 0, total)
+    if start is None:  # not ASCII digits ("²" passes isdigit()), or past the end
         raise InvalidInput("Marker is not one this operation returned for these actions")
-    start = int(marker)
     stop = min(total, start + int(params.get("MaxItems") or DEFAULT_MAX_ITEMS))
     results = []
     for pair in range(start, stop):  # each (action, resource) pair, actions first
