@@ -276,7 +276,7 @@ def decode_value(value: str) -> Any:
     """A hyperparameter as the toolkit hands it to code: JSON where it parses."""
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[...": the job's string, passed as text
         return value
 
 

@@ -62,7 +62,7 @@ def sdk_string(value: str) -> str:
     read back; any other value as it is."""
     try:
         decoded = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[...": a tenant's string, read as text
         return value
     return decoded if isinstance(decoded, str) else value
 
