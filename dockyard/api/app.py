@@ -53,8 +53,8 @@ def create_app(state: ServerState) -> Starlette:
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
     metrics = ApiMetrics()
     node_commands = cluster_exec.NodeCommands(state, dispatcher.keys)
-    # A command holds its thread until it ends: threads of their own, so a few long
-    # ones never starve the API's.
+    # Node commands' and shells' short steps (checks, starting a command, each look at
+    # whether it ended): a command waits on the event loop, never in one of these.
     exec_executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="dockyard-exec")
     node_shells = cluster_shell.NodeShells(node_commands, exec_executor)
 
@@ -102,9 +102,8 @@ def create_app(state: ServerState) -> Starlette:
                 headers={"connection": "close"},
             )
         scope = request.scope
-        status, answer, request_id = await asyncio.get_running_loop().run_in_executor(
+        status, answer, request_id = await node_commands.serve(
             exec_executor,
-            node_commands.handle,
             request.method,
             scope.get("raw_path", b"/").decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),
