@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from sqlalchemy import text
 from starlette.applications import Starlette
@@ -18,7 +16,7 @@ from starlette.routing import Mount, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from dockyard.api import cluster_exec, cluster_shell, untrusted
+from dockyard.api import cluster_exec, cluster_shell
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher, known_operations
 from dockyard.api.metrics import ApiMetrics
@@ -64,8 +62,8 @@ def create_app(state: ServerState) -> Starlette:
         known_operations() | {EXEC_OPERATION, SHELL_OPERATION} | {f"S3.{m}" for m in S3_METHODS}
     )
     node_commands = cluster_exec.NodeCommands(state, dispatcher.keys)
-    # A command holds its thread until it ends: threads of their own, so a few long
-    # ones never starve the API's.
+    # Node commands' and shells' short steps (checks, starting a command, each look at
+    # whether it ended): a command waits on the event loop, never in one of these.
     exec_executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="dockyard-exec")
     node_shells = cluster_shell.NodeShells(node_commands, exec_executor)
 
@@ -101,22 +99,6 @@ def create_app(state: ServerState) -> Starlette:
         metrics.observe(result.operation, result.code, monotonic() - started)
         return Response(result.body, result.status, headers=result.headers)
 
-    def run_node_command(
-        method: str,
-        raw_path: str,
-        query_string: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-    ) -> tuple[int, dict[str, Any], str]:
-        # A body no reader could take (a lone surrogate in Command or ClusterName, JSON
-        # nested past the decoder) is refused before NodeCommands reads it.
-        try:
-            untrusted.read_json(body)
-        except untrusted.BodyError as exc:
-            refused = {"__type": "SerializationException", "message": exc.message}
-            return 400, refused, str(uuid.uuid4())
-        return node_commands.handle(method, raw_path, query_string, headers, body)
-
     async def node_exec(request: Request) -> Response:
         started = monotonic()
         body = await _read_body(request, cluster_exec.MAX_BODY_BYTES)
@@ -130,9 +112,8 @@ def create_app(state: ServerState) -> Starlette:
                 headers={"connection": "close"},
             )
         scope = request.scope
-        status, answer, request_id = await asyncio.get_running_loop().run_in_executor(
+        status, answer, request_id = await node_commands.serve(
             exec_executor,
-            run_node_command,
             request.method,
             scope.get("raw_path", b"/").decode("latin-1"),
             scope.get("query_string", b"").decode("latin-1"),

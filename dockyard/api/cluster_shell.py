@@ -3,9 +3,10 @@ on a cluster's node - what `aws ssm start-session` is on AWS (`dockyard clusters
 
 The upgrade request is authenticated as `POST /_dockyard/clusters/exec` is (it is the
 same code, `NodeCommands`): SigV4 (service `sagemaker`) over its method, path, query and
-headers with an empty body, each signature accepted once (`replays`); the cluster is
-found in the key's account only, the key's policy must allow `ssm:StartSession` on the
-cluster's ARN, and the node must be Running.
+headers with an empty body, signed within 5 minutes of the server's time and each
+signature accepted once (`replays`; spent only by an upgrade that opens a shell); the
+cluster is found in the key's account only, the key's policy must allow
+`ssm:StartSession` on the cluster's ARN, and the node must be Running.
 The query names the node: `ClusterName`, `NodeId`, and optionally the terminal's `Rows`,
 `Cols` and `Term`, and `LineEditing=false` for input that is not typed at a terminal
 (bash then reads whole lines, so the end of piped input ends it). A refused upgrade is
@@ -80,6 +81,7 @@ class NodeShells:
             terminal = _terminal(query)
             backend = self.commands.backend()
             target = self.commands.target(caller, query.get("ClusterName"), query.get("NodeId"))
+            self.commands.spend(caller)  # only an upgrade that will open a shell
             sock = cluster_exec.open_shell(backend, target)
             return sock, terminal, caller.key.access_key_id
         except sigv4.AuthError as exc:

@@ -26,8 +26,10 @@ from dockyard.api.shapes import ValidationError, parse_input
 from dockyard.api.targets import ServiceTarget, query_targets, targets
 from dockyard.api.tokens import BadToken, TokenSeal
 from dockyard.api.untrusted import BodyError, read_json
+from dockyard.services import clusters
 from dockyard.services.accounts import KeyRecord
 from dockyard.services.errors import ServiceError
+from dockyard.store.tables import TrainingPlanOffering
 
 log = logging.getLogger("dockyard.api")
 
@@ -130,6 +132,41 @@ def _protocol(headers: Sequence[tuple[str, str]]) -> tuple[str, bool]:
     authorization = next((v for k, v in headers if k.lower() == "authorization"), "")
     scope = sigv4.credential_scope(authorization)
     return target, scope is not None and scope[1] in query_targets()
+
+
+class _DatabaseLookup:
+    """What authorising a request looks up (`authorise.Lookup`), in the caller's
+    account and region: read only when the key has a policy and the request names it."""
+
+    def __init__(self, state: ServerState, account_id: str, region: str) -> None:
+        self.state = state
+        self.account_id = account_id
+        self.region = region
+
+    def cluster_arn(self, name: str) -> str | None:
+        with self.state.db.read_session() as session:
+            try:
+                return clusters.find(session, self.account_id, self.region, name).arn
+            except ServiceError:
+                return None
+
+    def offering_instance_types(self, offering_id: str) -> list[str]:
+        with self.state.db.read_session() as session:
+            offering = session.get(TrainingPlanOffering, offering_id)
+            if (
+                offering is None
+                or offering.account_id != self.account_id
+                or offering.region != self.region
+            ):
+                return []
+            blocks = (offering.blocks or {}).get("blocks") or []
+            return sorted(
+                {
+                    str(b["instance_type"])
+                    for b in blocks
+                    if isinstance(b, dict) and b.get("instance_type")
+                }
+            )
 
 
 class Dispatcher:
@@ -311,6 +348,7 @@ class Dispatcher:
                 key.account_id,
                 params,
                 access_key_id=key.access_key_id,
+                lookup=_DatabaseLookup(self.state, key.account_id, signed.region),
             )
         handler = service.handlers.get(name)
         if handler is None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -37,7 +38,8 @@ from starlette.responses import Response, StreamingResponse
 
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
-from dockyard.s3 import addressing
+from dockyard.clock import wall_now
+from dockyard.s3 import addressing, empty_dirs, presigned
 from dockyard.services import buckets
 
 if TYPE_CHECKING:
@@ -63,6 +65,9 @@ _HOP = frozenset(
 )
 # Set again by uvicorn for the response.
 _RESPONSE_DROP = _HOP | {"date", "server"}
+# Methods whose S3 operations take a body; any other is refused one (the gateway was
+# sent its Content-Length without it, and h11 failed the request).
+_WITH_BODY = frozenset({"PUT", "POST"})
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
@@ -159,13 +164,27 @@ class S3Front:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def __call__(self, request: Request) -> Response:
+        import h11
         import httpx
 
         try:
             response = await self._handle(request)
-        except httpx.HTTPError as exc:
+        except (httpx.LocalProtocolError, h11.LocalProtocolError) as exc:
+            # What the client sent cannot be sent on as HTTP/1.1 as it stands.
+            log.info("S3 request not forwarded: %s", exc)
+            response = _error("InvalidRequest", f"The request cannot be served: {exc}", 400)
+        except (httpx.HTTPError, h11.ProtocolError, OSError) as exc:
             log.warning("S3 gateway unreachable: %s", exc)
             response = _error("ServiceUnavailable", "The S3 service is starting; try again", 503)
+        except Exception:
+            # Never a 500 with a traceback: the request is refused and the log says why.
+            request_id = uuid.uuid4().hex[:16].upper()
+            log.exception("S3 request failed (request %s)", request_id)
+            response = _error(
+                "ServiceUnavailable",
+                f"The S3 service failed to serve the request; the server log has {request_id}",
+                503,
+            )
         if getattr(response, "refused", False) and (
             request.headers.get("content-length", "0") != "0"
             or "transfer-encoding" in request.headers
@@ -178,13 +197,29 @@ class S3Front:
     async def _handle(self, request: Request) -> Response:
         if signing_service(request) is None:
             return _error("AccessDenied", "Anonymous access is not allowed: sign the request", 403)
+        if request.method not in _WITH_BODY and (
+            request.headers.get("content-length", "0") not in ("", "0")
+            or "transfer-encoding" in request.headers
+        ):
+            return _error(
+                "InvalidRequest",
+                f"A {request.method} request carries no body; send it without one "
+                "(no Content-Length or Transfer-Encoding)",
+                400,
+            )
         raw_path = request.scope.get("raw_path", b"/").decode("latin-1")
         query = request.scope.get("query_string", b"").decode("latin-1")
+        authorizations = request.headers.getlist("authorization")
         try:
             # The key the gateway will verify the signature of: its account is checked.
-            key_id, _ = addressing.credential(request.headers.getlist("authorization"), query)
+            key_id, _ = addressing.credential(authorizations, query)
         except addressing.AddressError as exc:
             return _error(exc.code, exc.message, 400)
+        if not authorizations:
+            skew = timedelta(seconds=self.state.settings.max_clock_skew_seconds)
+            refused = presigned.check(query, wall_now(), skew)
+            if refused is not None:
+                return _error(refused.code, refused.message, refused.status)
         record = await self._run(self.keys.get, key_id)
         if record is None:
             return _error(
@@ -237,6 +272,10 @@ class S3Front:
             # No agent uses the bucket from here (`bucket_marks`); marked again below if
             # it is not deleted.
             await self._run(buckets.unmark, self.store, bucket)
+            if not subresource:
+                # A bucket without objects is empty, whatever directories an aborted
+                # upload left in it (`empty_dirs`).
+                await self._run(empty_dirs.remove_empty_directories, self.store.root, bucket)
         response = await self._forward(request, address)
         if deleting and owner is not None and await self._run(self._exists, bucket):
             await self._run(buckets.mark, self.store, bucket, owner)
@@ -260,7 +299,7 @@ class S3Front:
             for k, v in request.headers.raw
             if k.decode("latin-1").lower() not in _HOP
         ]
-        has_body = request.method in ("PUT", "POST")
+        has_body = request.method in _WITH_BODY
         upstream = self.client.build_request(
             request.method,
             "http://s3/",

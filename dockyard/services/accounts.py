@@ -1,7 +1,8 @@
 """Accounts and their access keys: who may call dockyard, and whose resources are whose.
 
 A key is Active or Inactive (IAM's words; `dockyard keys disable|enable`), or deleted.
-Only an Active key is ever found for a request. Servers cache the keys they found
+Only an Active key is ever found for a request, and disabling or deleting a key ends its
+console sessions for good (`console_sessions`). Servers cache the keys they found
 (`api.keys.KeyCache`); a key disabled or deleted outside the server (the `dockyard keys`
 commands work on the database) is announced in the data dir's revocation file, which
 every server on that data dir looks at before it trusts its cache.
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.domain.policy import PolicyError, parse_policy
 from dockyard.secretbox import SecretBox
+from dockyard.services import console_sessions
 from dockyard.services.errors import ConflictException, ResourceNotFound, ValidationException
 from dockyard.store.tables import AccessKey, Account
 
@@ -162,6 +164,9 @@ def set_key_status(session: Session, access_key_id: str, status: KeyStatus) -> K
     key = _find_key(session, access_key_id)
     before = KeyStatus(key.status)
     key.status = status.value
+    if status is KeyStatus.INACTIVE:
+        # Its console sessions end for good: enabling the key again does not revive them.
+        console_sessions.end_all(session, access_key_id)
     session.flush()
     return before
 
@@ -170,6 +175,7 @@ def delete_access_key(session: Session, access_key_id: str) -> str:
     """Delete a key for good (its id is never found again); answer its account's id."""
     key = _find_key(session, access_key_id)
     account_id = key.account_id
+    console_sessions.end_all(session, access_key_id)
     session.execute(delete(AccessKey).where(AccessKey.access_key_id == access_key_id))
     return account_id
 

@@ -4,8 +4,10 @@ start-session` is to a HyperPod node (`dockyard clusters exec|shell`).
 The node is found in the caller's account only (another account's cluster is not
 found, as for every cluster operation), must be Running, and the command is handed
 to its agent through the backend, which runs it in a fresh sandbox of the node.
-Unlike the API's operations this waits for the command (in a worker thread, never on
-the event loop), as `exec` answers with its output.
+Unlike the API's operations the request waits for the command, as `exec` answers with
+its output: the caller (`api.cluster_exec`) asks `outcome` again and again, each look
+a short call, and waits between them on the event loop, so a command that runs for an
+hour holds no thread of the server's.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,34 +147,41 @@ def open_shell(backend: Backend, target: NodeTarget) -> socket.socket:
         ) from exc
 
 
-def run(backend: Backend, target: NodeTarget, request: ExecRequest) -> dict[str, Any]:
-    """Run the command on the node and wait for it; answer its exit code and output."""
+def start(backend: Backend, target: NodeTarget, request: ExecRequest) -> str:
+    """Hand the command to the node's agent; answer its id, for `outcome`."""
     if backend.poll(target.handle).get("phase") != "running" or not backend.alive(target.handle):
         raise ConflictException(
             f"Node {target.instance_id} of cluster {target.cluster_name} is not up; "
             "commands run only on a Running node"
         )
-    exec_id = backend.exec_start(target.handle, request)
-    deadline = monotonic() + request.timeout + GRACE_SECONDS
-    delay = 0.005
-    while True:
-        result = backend.exec_result(target.handle, exec_id)
-        if result is not None:
-            return {
-                "ExitCode": result["exit_code"],
-                "Output": base64.b64encode(result["output"]).decode(),
-                "OutputTruncated": result["truncated"],
-            }
-        if not backend.alive(target.handle):
-            backend.exec_cancel(target.handle, exec_id)
-            raise ConflictException(
-                f"Node {target.instance_id} stopped before the command finished"
-            )
-        if monotonic() > deadline:
-            backend.exec_cancel(target.handle, exec_id)
-            raise ExecTimeout(
-                f"Node {target.instance_id} did not answer within "
-                f"{request.timeout + GRACE_SECONDS:g} seconds"
-            )
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    return backend.exec_start(target.handle, request)
+
+
+def outcome(
+    backend: Backend, target: NodeTarget, exec_id: str, request: ExecRequest, deadline: float
+) -> dict[str, Any] | None:
+    """The command's exit code and output once it ended, None while it runs (ask again
+    later: each look is short, so the caller waits between looks without holding a
+    thread). A node that stopped, or no answer by `deadline` (monotonic), cancels it."""
+    result = backend.exec_result(target.handle, exec_id)
+    if result is not None:
+        return {
+            "ExitCode": result["exit_code"],
+            "Output": base64.b64encode(result["output"]).decode(),
+            "OutputTruncated": result["truncated"],
+        }
+    if not backend.alive(target.handle):
+        backend.exec_cancel(target.handle, exec_id)
+        raise ConflictException(f"Node {target.instance_id} stopped before the command finished")
+    if monotonic() > deadline:
+        backend.exec_cancel(target.handle, exec_id)
+        raise ExecTimeout(
+            f"Node {target.instance_id} did not answer within "
+            f"{request.timeout + GRACE_SECONDS:g} seconds"
+        )
+    return None
+
+
+def cancel(backend: Backend, target: NodeTarget, exec_id: str) -> None:
+    """Stop a command nobody waits for any more."""
+    backend.exec_cancel(target.handle, exec_id)

@@ -419,3 +419,18 @@ class InstancePurge(Base):
 
     job_key: Mapped[str] = mapped_column(String(255), primary_key=True)
     requested_at: Mapped[datetime]
+
+
+class ConsoleSession(Base):
+    """A console sign-in that has not ended: its cookie works while this row exists and
+    has not expired. Signing out removes it, and so does disabling or deleting the key
+    it signed in with, so a copied cookie ends with it, on every server, across
+    restarts (web.session)."""
+
+    __tablename__ = "console_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The access key id it signed in with, or "operator".
+    principal: Mapped[str] = mapped_column(String(32), index=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)

@@ -4,8 +4,9 @@ quotas, and for operators the fleet and quota requests (SPEC §7).
 Server-rendered (Jinja2) with a small script of its own for the live parts (a region
 re-fetched every two seconds, countdowns): no external asset and no build step. A
 person signs in with an access key (or, as an operator, the operator key); the session
-is a sealed cookie (`session`). Every change is a form POST carrying the session's
-CSRF token.
+is a sealed cookie (`session`) naming a row that signing out, or disabling the key,
+removes (`services.console_sessions`). Every change is a form POST carrying the
+session's CSRF token.
 
 What a page shows and does is the API's own operations, run in-process for the
 signed-in key through the dispatcher (`Dispatcher.call`): validated by botocore's model,
@@ -17,6 +18,7 @@ account (a warm pool's deadline, the leases the operator's fleet picture draws).
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -26,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from dockyard.api.untrusted import same_secret
 from dockyard.clock import wall_now
-from dockyard.services import accounts
+from dockyard.services import accounts, console_sessions
 from dockyard.services.accounts import KeyRecord
 from dockyard.web import session as sessions
 from dockyard.web.base import HERE, Caller
@@ -139,7 +141,13 @@ class Console(PlanPages, QuotaPages):
         if principal is None:
             self.sign_ins.failed(address, named if real_key else None)
             return again(401, "That key is not right. Check it and try again.")
-        made = sessions.new(principal, region, wall_now().timestamp())
+        now = wall_now()
+        session_id = await run_in_threadpool(
+            self._begin_session, principal, now, now + timedelta(seconds=sessions.SESSION_SECONDS)
+        )
+        made = sessions.new(
+            principal, region, now.timestamp(), session_id, self.state.operator_token
+        )
         response = RedirectResponse(target, 303)
         response.set_cookie(
             sessions.COOKIE,
@@ -148,6 +156,34 @@ class Console(PlanPages, QuotaPages):
             **self._cookie_options(request),
         )
         return response
+
+    # -- sessions that have not ended (services.console_sessions) ----------------------
+
+    async def _caller(self, request: Request) -> Caller | None:
+        """The signed-in caller, if their cookie's session has not ended: its row is
+        still there (not signed out, its key not disabled or deleted since), and an
+        operator's was signed in with the operator key in use now."""
+        caller = await super()._caller(request)
+        if caller is None:
+            return None
+        found = caller.session
+        if found.operator and not found.holds_operator_key(self.state.operator_token):
+            return None
+        if not await run_in_threadpool(self._session_live, found):
+            return None
+        return caller
+
+    def _begin_session(self, principal: str, now: datetime, expires_at: datetime) -> str:
+        with self.state.db.session() as session:
+            return console_sessions.begin(session, now, principal, expires_at)
+
+    def _session_live(self, found: sessions.Session) -> bool:
+        with self.state.db.read() as connection:
+            return console_sessions.live(connection, found.session_id, found.principal, wall_now())
+
+    def _end_session(self, session_id: str) -> None:
+        with self.state.db.session() as session:
+            console_sessions.end(session, session_id)
 
     def _key_in_any_state(self, access_key_id: str) -> KeyRecord | None:
         """The key if it exists at all (asked when the cache, which holds only Active
@@ -158,6 +194,8 @@ class Console(PlanPages, QuotaPages):
             )
 
     async def signout(self, request: Request, caller: Caller) -> Response:
+        # Ended here, not only in this browser: a copy of the cookie is worth nothing now.
+        await run_in_threadpool(self._end_session, caller.session.session_id)
         response = RedirectResponse(f"{sessions.PATH}/signin", 303)
         response.delete_cookie(sessions.COOKIE, **self._cookie_options(request))
         return response

@@ -4,13 +4,15 @@ or from another site; a key's policy obeyed; another account's resources never s
 S3's bucket named "console" still S3's. And (issue 25) with Chromium where a browser is
 what is attacked: no sign-in from another site's page (login CSRF); a few wrong
 sign-ins, then a wait; the cookie Secure behind a TLS-terminating proxy, and only the
-configured proxy believed."""
+configured proxy believed; a session that ends - signed out, its key disabled, the
+operator key replaced - ends for every copy of its cookie."""
 
 from __future__ import annotations
 
 import http.server
 import json
 import re
+import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_console import CHROMIUM
-from tests.harness import DockyardServer, free_port
+from tests.harness import DockyardServer, free_port, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +196,77 @@ def test_an_operator_takes_instances_out_of_service(live: DockyardServer) -> Non
     assert "4 instance(s) now Healthy" in back.text
     # An operator session is not an account's: its pages are the operator's only.
     assert client.get("/console/jobs").status_code == 403
+
+
+def signed_in(server: DockyardServer, cookie: str, page: str = "/console/jobs") -> bool:
+    """Whether a browser holding only this cookie is signed in (the page answers, rather
+    than sending it to sign in)."""
+    answer = httpx.get(
+        server.endpoint + page, cookies={"dockyard_console": cookie}, follow_redirects=False
+    )
+    assert answer.status_code in (200, 303), answer.text
+    return answer.status_code == 200
+
+
+def test_a_copied_cookie_ends_with_its_sign_out(live: DockyardServer) -> None:
+    """Issue 25: the cookie of a session signed out still worked, for its 12 hours
+    (nothing was revoked server-side): one kept by a proxy, a shared machine or a
+    stolen backup signed in again."""
+    _, key = live.new_account("console-signout")
+    client, csrf = sign_in(live, key)
+    cookie = client.cookies["dockyard_console"]
+    other, _ = sign_in(live, key)  # the same key in another browser
+    assert signed_in(live, cookie)
+    assert client.post("/console/signout", data={"csrf": csrf}).status_code == 303
+    assert not signed_in(live, cookie)
+    assert client.get("/console/jobs").status_code == 303
+    # Only that session ended.
+    assert signed_in(live, other.cookies["dockyard_console"])
+
+
+def test_a_disabled_keys_sessions_end_for_good(live: DockyardServer) -> None:
+    """Issue 25: a session signed in before `dockyard keys disable` worked again after
+    `keys enable`; the docs say the key's sessions end."""
+    _, key = live.new_account("console-disable")
+    client, _ = sign_in(live, key)
+    cookie = client.cookies["dockyard_console"]
+    run_cli("keys", "disable", key[0], data_dir=live.data_dir)
+    assert not signed_in(live, cookie)
+    run_cli("keys", "enable", key[0], data_dir=live.data_dir)
+    assert not signed_in(live, cookie)
+    fresh, _ = sign_in(live, key)  # the key itself works again
+    assert signed_in(live, fresh.cookies["dockyard_console"])
+    run_cli("keys", "delete", key[0], data_dir=live.data_dir)
+    assert not signed_in(live, fresh.cookies["dockyard_console"])
+
+
+def test_an_operator_session_ends_with_its_operator_key(tmp_path: Path) -> None:
+    """Issue 25: after `operator.key` was replaced and the server restarted, the old
+    operator cookie still opened /console/fleet (it named "operator" and nothing of the
+    key). Sessions are kept across a restart; an operator's holds the key's digest."""
+    server = DockyardServer(tmp_path / "data").start()
+    try:
+        token = (server.data_dir / "operator.key").read_text().strip()
+        operator = httpx.Client(base_url=server.endpoint, timeout=60)
+        operator.post("/console/signin", data={"kind": "operator", "operator_key": token})
+        cookie = operator.cookies["dockyard_console"]
+        account, _ = sign_in(server, server.credentials())
+        assert signed_in(server, cookie, "/console/fleet")
+        server.stop()
+        server.start()  # the same keys: every session goes on
+        assert signed_in(server, cookie, "/console/fleet")
+        assert signed_in(server, account.cookies["dockyard_console"])
+        server.stop()
+        (server.data_dir / "operator.key").write_text(secrets.token_urlsafe(32) + "\n")
+        server.start()
+        assert not signed_in(server, cookie, "/console/fleet")
+        assert signed_in(server, account.cookies["dockyard_console"])
+        rotated = (server.data_dir / "operator.key").read_text().strip()
+        again = httpx.Client(base_url=server.endpoint, timeout=60)
+        again.post("/console/signin", data={"kind": "operator", "operator_key": rotated})
+        assert signed_in(server, again.cookies["dockyard_console"], "/console/fleet")
+    finally:
+        server.stop()
 
 
 def from_address(server: DockyardServer, address: str) -> httpx.Client:

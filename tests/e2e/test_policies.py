@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,209 @@ def test_keys_ls_shows_which_keys_have_a_policy(
     listed = run_cli("keys", "ls", "--account", account_id, data_dir=policy_server.data_dir)
     line = next(line for line in listed.stdout.splitlines() if key[0] in line)
     assert "yes" in line
+
+
+# -- every resource a request names, whichever way it names it (issue 25, round 2) --------
+
+GROUP = "/aws/sagemaker/TrainingJobs"
+M5_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Sid": "SmallOnly",
+            "Effect": "Allow",
+            "Action": "sagemaker:*",
+            "Resource": "*",
+            "Condition": {"ForAllValues:StringLike": {"sagemaker:InstanceTypes": ["ml.m5.*"]}},
+        }
+    ],
+}
+
+
+def allow_all_but(sid: str, action: str, *resources: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": "*", "Resource": "*"},
+                {"Sid": sid, "Effect": "Deny", "Action": action, "Resource": list(resources)},
+            ],
+        }
+    )
+
+
+def cluster_request(
+    policy_server: DockyardServer, account_id: str, name: str, instance_type: str = "ml.m5.xlarge"
+) -> dict[str, Any]:
+    """CreateCluster's request for one node, its lifecycle script in a bucket of the
+    account's own."""
+    bucket = f"lifecycle-{account_id}"
+    key = policy_server.new_key(account_id)
+    policy_server.own_bucket(bucket, key=key)
+    policy_server.client("s3", key=key).put_object(
+        Bucket=bucket, Key="on_create.sh", Body=b"#!/bin/sh\ntrue\n"
+    )
+    return {
+        "ClusterName": name,
+        "InstanceGroups": [
+            {
+                "InstanceGroupName": "workers",
+                "InstanceType": instance_type,
+                "InstanceCount": 1,
+                "LifeCycleConfig": {"SourceS3Uri": f"s3://{bucket}", "OnCreate": "on_create.sh"},
+                "ExecutionRole": "arn:aws:iam::123456789012:role/hyperpod",
+            }
+        ],
+    }
+
+
+def test_a_stream_deny_holds_however_the_stream_is_named(
+    policy_server: DockyardServer, account: tuple[str, Any]
+) -> None:
+    """Issue 25: Allow * with a Deny on one job's log streams was enforced for
+    `logGroupName` but not for `logGroupIdentifier` (its ARN was checked without the
+    stream), nor for FilterLogEvents naming the stream in `logStreamNames`."""
+    account_id, free = account
+    for name in ("victim-job", "other-job"):
+        free.create_training_job(**job_request(name, account_id=account_id))
+    logs = policy_server.client("logs", key=policy_server.new_key(account_id))
+    deadline = time.monotonic() + 120
+    while True:
+        streams = {
+            s["logStreamName"].split("/")[0]: s["logStreamName"]
+            for s in logs.describe_log_streams(logGroupName=GROUP)["logStreams"]
+        }
+        if {"victim-job", "other-job"} <= set(streams):
+            break
+        assert time.monotonic() < deadline, streams
+        time.sleep(0.2)
+    victim, other = streams["victim-job"], streams["other-job"]
+    key = policy_server.new_key(
+        account_id,
+        allow_all_but(
+            "NoVictimJobLogs",
+            "logs:*",
+            f"arn:aws:logs:*:*:log-group:{GROUP}:log-stream:victim-job/*",
+        ),
+    )
+    limited = policy_server.client("logs", key=key)
+    group_arn = f"arn:aws:logs:us-east-1:{account_id}:log-group:{GROUP}"
+    for named in (
+        {"logGroupName": GROUP},
+        {"logGroupIdentifier": group_arn},
+        {"logGroupIdentifier": GROUP},
+    ):
+        error = denied(limited.get_log_events, **named, logStreamName=victim)
+        assert f"log-stream:{victim}" in error["Message"] and "NoVictimJobLogs" in error["Message"]
+        error = denied(limited.filter_log_events, **named, logStreamNames=[other, victim])
+        assert f"log-stream:{victim}" in error["Message"]
+        # A search naming no stream reads the victim's too, and so does a prefix of it.
+        denied(limited.filter_log_events, **named)
+        denied(limited.filter_log_events, **named, logStreamNamePrefix="victim")
+        assert "events" in limited.get_log_events(**named, logStreamName=other)
+        assert "events" in limited.filter_log_events(**named, logStreamNames=[other])
+        assert "events" in limited.filter_log_events(**named, logStreamNamePrefix="other-job")
+
+
+def test_an_instance_type_limit_covers_clusters_and_plans(
+    policy_server: DockyardServer, account: tuple[str, Any]
+) -> None:
+    """Issue 25: a key allowed `ml.m5.*` only (ForAllValues:StringLike on
+    sagemaker:InstanceTypes) created an ml.g5.xlarge HyperPod cluster, searched p5
+    offerings and bought a $1,399.85 ml.p5.48xlarge plan: the key was filled from
+    ResourceConfig only."""
+    account_id, free = account
+    limited = policy_server.client(key=policy_server.new_key(account_id, json.dumps(M5_ONLY)))
+    big = cluster_request(policy_server, account_id, "big", "ml.g5.xlarge")
+    error = denied(limited.create_cluster, **big)
+    assert "sagemaker:CreateCluster" in error["Message"]
+    small = cluster_request(policy_server, account_id, "small")
+    limited.create_cluster(**small)
+    try:
+        grown = {**big["InstanceGroups"][0], "InstanceGroupName": "gpus"}
+        denied(
+            limited.update_cluster,
+            ClusterName="small",
+            InstanceGroups=[small["InstanceGroups"][0], grown],
+        )
+        p5 = {
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 1,
+            "DurationHours": 24,
+            "TargetResources": ["training-job"],
+        }
+        denied(limited.search_training_plan_offerings, **p5)
+        # An offering found by another key of the account: bought from its id alone.
+        offering = free.search_training_plan_offerings(**p5)["TrainingPlanOfferings"][0]
+        error = denied(
+            limited.create_training_plan,
+            TrainingPlanName="victim-plan",
+            TrainingPlanOfferingId=offering["TrainingPlanOfferingId"],
+        )
+        assert "sagemaker:CreateTrainingPlan" in error["Message"]
+        assert free.list_training_plans()["TrainingPlanSummaries"] == []
+        assert [c["ClusterName"] for c in free.list_clusters()["ClusterSummaries"]] == ["small"]
+    finally:
+        free.delete_cluster(ClusterName="small")
+
+
+def test_a_deny_on_cluster_arns_covers_every_cluster_operation(
+    policy_server: DockyardServer, account: tuple[str, Any]
+) -> None:
+    """Issue 25: Allow sagemaker:* with a Deny on `cluster/*` still allowed
+    DescribeCluster: cluster operations were checked against resource "*". A cluster's
+    ARN holds its id, so its name is looked up; plans a job or a group would run on
+    are checked too."""
+    account_id, free = account
+    free.create_cluster(**cluster_request(policy_server, account_id, "kept"))
+    try:
+        arn = free.describe_cluster(ClusterName="kept")["ClusterArn"]
+        key = policy_server.new_key(
+            account_id,
+            allow_all_but(
+                "KeepClustersAndPlans",
+                "sagemaker:*",
+                f"arn:aws:sagemaker:*:{account_id}:cluster/*",
+                f"arn:aws:sagemaker:*:{account_id}:training-plan/*",
+            ),
+        )
+        limited = policy_server.client(key=key)
+        for call, params in (
+            (limited.describe_cluster, {"ClusterName": "kept"}),
+            (limited.describe_cluster, {"ClusterName": arn}),
+            (limited.list_cluster_nodes, {"ClusterName": "kept"}),
+            (
+                limited.describe_cluster_node,
+                {"ClusterName": "kept", "NodeId": "i-0123456789abcdef0"},
+            ),
+            (
+                limited.batch_delete_cluster_nodes,
+                {"ClusterName": "kept", "NodeIds": ["i-0123456789abcdef0"]},
+            ),
+            (limited.delete_cluster, {"ClusterName": "kept"}),
+            (limited.list_tags, {"ResourceArn": arn}),
+            (limited.add_tags, {"ResourceArn": arn, "Tags": [{"Key": "k", "Value": "v"}]}),
+            (limited.create_cluster, cluster_request(policy_server, account_id, "new")),
+            (limited.describe_training_plan, {"TrainingPlanName": "any"}),
+        ):
+            error = denied(call, **params)
+            assert "KeepClustersAndPlans" in error["Message"], error
+        error = denied(limited.describe_cluster, ClusterName="kept")
+        assert f"on resource: {arn} " in error["Message"]
+        request = cluster_request(policy_server, account_id, "kept")
+        denied(
+            limited.update_cluster, ClusterName="kept", InstanceGroups=request["InstanceGroups"]
+        )
+        # A job on a plan names the plan.
+        on_plan = job_request("on-plan", account_id=account_id)
+        on_plan["ResourceConfig"]["TrainingPlanArn"] = (
+            f"arn:aws:sagemaker:us-east-1:{account_id}:training-plan/any"
+        )
+        error = denied(limited.create_training_job, **on_plan)
+        assert "training-plan/any" in error["Message"]
+        # What names no cluster nor plan is not held back.
+        assert [c["ClusterName"] for c in limited.list_clusters()["ClusterSummaries"]] == ["kept"]
+        assert limited.list_training_plans()["TrainingPlanSummaries"] == []
+        assert free.describe_cluster(ClusterName="kept")["ClusterName"] == "kept"
+    finally:
+        free.delete_cluster(ClusterName="kept")

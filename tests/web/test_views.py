@@ -63,7 +63,7 @@ def test_a_metric_line_fills_its_box() -> None:
 
 def test_a_session_cookie_is_sealed_and_expires() -> None:
     box = SecretBox(Fernet.generate_key())
-    made = sessions.new("AKIAEXAMPLE", "us-east-1", now=1000.0)
+    made = sessions.new("AKIAEXAMPLE", "us-east-1", now=1000.0, session_id="s1")
     cookie = sessions.seal(box, made)
     assert "AKIAEXAMPLE" not in cookie
     assert sessions.unseal(box, cookie, now=1001.0) == made
