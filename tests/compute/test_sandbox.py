@@ -232,6 +232,9 @@ def _sandbox(tmp_path: Path, **kw: object) -> Sandbox:
 def test_the_command_binds_the_tree_and_drops_to_the_sandbox_user(tmp_path: Path) -> None:
     sandbox = _sandbox(tmp_path)
     command = sandbox.command(["python3", "-c", "pass"], sys.executable)
+    # Root's steps first (the job's OOM score, its cgroup), then bwrap.
+    assert command[:2] == ["/bin/sh", "-c"] and "oom_score_adj" in command[2]
+    command = command[4:]
     assert command[0].endswith("/bwrap") and "--unshare-pid" in command
     assert "--unshare-net" in command  # no shared namespace given: loopback only
     pairs = list(zip(command, command[1:], command[2:], strict=False))
