@@ -56,6 +56,13 @@ from dockyard.compute.agent_exec import NodeExec
 from dockyard.compute.agent_files import read_regular
 from dockyard.compute.agent_forks import FORK_SERVER_FLAG
 from dockyard.compute.agent_forks import serve as serve_forks
+from dockyard.compute.agent_outcome import (
+    MAX_REASON,
+    describe_exit,
+    exit_code,
+    failure_reason,
+    out_of_memory,
+)
 from dockyard.compute.agent_output import OutputReader
 from dockyard.compute.agent_s3_relay import S3Relay, relay_environment
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
@@ -74,7 +81,6 @@ TERMINAL_PHASES = frozenset({"completed", "failed", "stopped"})
 POLL_SECONDS = 0.1
 # An idle warm-pool agent is woken through its FIFO; this is only the fallback.
 IDLE_POLL_SECONDS = 1.0
-MAX_REASON = 1024
 # How often a running node looks for a stop (a command sent to it wakes it at once).
 NODE_POLL_SECONDS = 0.5
 
@@ -119,32 +125,6 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass  # the group is gone already
-
-
-def _exit_code(code: int) -> int:
-    """A container's exit code: 128 + N for a process killed by signal N, as Docker (and
-    so SageMaker) reports it, whether the sandbox or Python saw the death."""
-    return 128 - code if code < 0 else code
-
-
-def _describe_exit(code: int) -> str:
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = "unknown signal"
-        return f"AlgorithmError: ExitCode {code}: killed by signal {code - 128} ({name})"
-    return f"AlgorithmError: ExitCode {code}"
-
-
-def _out_of_memory(spec: JobSpec) -> str:
-    limit = spec.sandbox.get("limits", {}).get("memory_bytes")
-    size = f" ({int(limit) / 1024**3:g} GiB)" if isinstance(limit, (int, float)) else ""
-    return (
-        f"ClientError: OutOfMemoryError: the job ran out of memory: it needed more than the "
-        f"memory of one {spec.instance_type} instance{size}, and a process of the job was "
-        "killed. Use an instance type with more memory, or reduce the memory the job uses."
-    )
 
 
 class Agent:
@@ -333,7 +313,7 @@ class Agent:
         if outcome["phase"] == "stopped":
             return self._finish("stopped", stop_reason=outcome.get("stop_reason"))
         if outcome["phase"] != "completed":
-            reason = outcome.get("failure_reason") or _describe_exit(int(outcome["exit_code"]))
+            reason = outcome.get("failure_reason") or describe_exit(int(outcome["exit_code"]))
             return self._finish(
                 "failed",
                 exit_code=outcome.get("exit_code"),
@@ -453,7 +433,7 @@ class Agent:
             charged(confinement.cgroup, work, self._children)
         except ChargedWorkKilled as exc:
             if spec is not None and confinement.oom_kills() > 0:
-                raise ClientError(_out_of_memory(spec).removeprefix("ClientError: ")) from exc
+                raise ClientError(out_of_memory(spec).removeprefix("ClientError: ")) from exc
             if exc.signal_number == signal.SIGTERM:
                 raise StopRequested() from exc
             raise
@@ -561,7 +541,7 @@ class Agent:
                 process.wait(timeout=POLL_SECONDS)
         # The job is over when its first process ends, as when a container's entrypoint
         # exits: whatever it left behind ends with it (and with its sandbox).
-        code = _exit_code(zygote.end())
+        code = exit_code(zygote.end())
         watch.stop()
         if spec.node is None:
             # Before anything of the tree is read: it is root's again, whatever another
@@ -577,7 +557,7 @@ class Agent:
         if code == 0:
             return {"phase": "completed", "exit_code": 0}
         if confinement.oom_kills() > oom_before:
-            return {"phase": "failed", "exit_code": code, "failure_reason": _out_of_memory(spec)}
+            return {"phase": "failed", "exit_code": code, "failure_reason": out_of_memory(spec)}
         return {"phase": "failed", "exit_code": code, "failure_reason": self._failure(code)}
 
     def _terminate(self, zygote: Zygote, grace: float) -> None:
@@ -590,15 +570,7 @@ class Agent:
     def _failure(self, code: int) -> str:
         # The job's own file, read as the job could (no links, nothing but a file).
         written = read_regular(self.layout.opt_ml, self.layout.failure_file, MAX_REASON * 4)
-        text = (written or b"").decode(errors="replace").strip()
-        if not text:
-            return _describe_exit(code)
-        # The job's own words, as SageMaker shows them: an algorithm's (or the client's)
-        # error, never one that reads as the platform's (InternalServerError, which also
-        # keeps no warm pool).
-        if not text.startswith(("AlgorithmError:", "ClientError:")):
-            text = f"AlgorithmError: {text}"
-        return text[:MAX_REASON]
+        return failure_reason((written or b"").decode(errors="replace"), code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 from dockyard.clock import monotonic, wall_now
 from dockyard.compute.agent_env import Layout
+from dockyard.compute.agent_outcome import exit_code
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote
@@ -168,10 +169,6 @@ def cancel(root: Path, exec_id: str) -> None:
 
 
 # -- the agent's side -------------------------------------------------------------------
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code
 
 
 class NodeExec:
@@ -329,7 +326,7 @@ class NodeExec:
             if len(chunk) > room:
                 truncated = True
             output += chunk[: max(room, 0)]
-        code = _exit_code(zygote.end())
+        code = exit_code(zygote.end())
         with contextlib.suppress(OSError):
             process.stdout.close()
         writer.join(timeout=5)

@@ -46,6 +46,7 @@ from typing import Any
 
 from dockyard.compute.agent_env import Layout
 from dockyard.compute.agent_exec import BOOT_PRELUDE
+from dockyard.compute.agent_outcome import exit_code
 from dockyard.compute.agent_sandbox import Confinement, ConfinementError
 from dockyard.compute.agent_spec import JobSpec
 from dockyard.compute.agent_zygote import Zygote
@@ -141,10 +142,6 @@ def connect(root: Path) -> socket.socket:
 def valid_term(term: object) -> bool:
     """Whether `term` may be a shell's TERM (a terminal type's name, nothing else)."""
     return isinstance(term, str) and bool(_TERM.match(term))
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code
 
 
 class Refused(Exception):
@@ -313,7 +310,7 @@ class NodeShells:
             if process.poll() is not None:
                 # The shell is gone: what it wrote last is still in the terminal.
                 _drain(master, conn)
-                return _exit_code(zygote.end())
+                return exit_code(zygote.end())
             if not terminal_open:
                 # Its terminal is closed but the shell lives on: wait for it.
                 readers: list[Any] = [conn] if client_open else []
@@ -371,7 +368,7 @@ class NodeShells:
 
 
 def _killed(zygote: Zygote) -> int:
-    return _exit_code(zygote.end())
+    return exit_code(zygote.end())
 
 
 def _eof_char(master: int) -> bytes:

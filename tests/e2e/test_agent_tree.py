@@ -251,6 +251,11 @@ COPY_CHANNEL = """
 """
 
 
+def _manifest_channel(uri: str) -> dict[str, Any]:
+    source = {"S3DataType": "ManifestFile", "S3Uri": uri}
+    return {"ChannelName": "train", "DataSource": {"S3DataSource": source}}
+
+
 def test_a_manifest_cannot_stage_another_accounts_objects(box: DockyardServer) -> None:
     """The agent reads every object a manifest lists: its prefix may name any bucket,
     which the request's check never saw."""
@@ -261,12 +266,7 @@ def test_a_manifest_cannot_stage_another_accounts_objects(box: DockyardServer) -
     box.own_bucket("attacker-store", key=attacker)
     manifest = json.dumps([{"prefix": "s3://victim-store/"}, "secret.txt"]).encode()
     box.client("s3", key=attacker).put_object(Bucket="attacker-store", Key="m.json", Body=manifest)
-    channel = {
-        "ChannelName": "train",
-        "DataSource": {
-            "S3DataSource": {"S3DataType": "ManifestFile", "S3Uri": "s3://attacker-store/m.json"}
-        },
-    }
+    channel = _manifest_channel("s3://attacker-store/m.json")
     client = box.client(key=attacker)
     request = job(box, "manifest-thief", COPY_CHANNEL, bucket="attacker-store")
     client.create_training_job(**request, InputDataConfig=[channel])
@@ -308,12 +308,7 @@ def test_a_job_still_reads_and_writes_its_own_accounts_buckets(box: DockyardServ
     s3.put_object(Bucket="owner-more", Key="part/x.txt", Body=b"mine")
     manifest = json.dumps([{"prefix": "s3://owner-more/part/"}, "x.txt"]).encode()
     s3.put_object(Bucket="owner-data", Key="m.json", Body=manifest)
-    channel = {
-        "ChannelName": "train",
-        "DataSource": {
-            "S3DataSource": {"S3DataType": "ManifestFile", "S3Uri": "s3://owner-data/m.json"}
-        },
-    }
+    channel = _manifest_channel("s3://owner-data/m.json")
     client = box.client(key=owner)
     request = job(box, "manifest-own", COPY_CHANNEL, bucket="owner-data")
     client.create_training_job(**request, InputDataConfig=[channel])
