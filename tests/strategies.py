@@ -19,7 +19,8 @@ from botocore.model import Shape
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from dockyard.api.patterns import compile_pattern, translate_pattern
+from dockyard.api.linear_patterns import compile_pattern
+from dockyard.api.patterns import translate_pattern
 from dockyard.api.untrusted import is_unicode
 
 # Below this depth only required members are drawn: it keeps bodies small and ends

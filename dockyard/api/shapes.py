@@ -31,7 +31,8 @@ from typing import Any
 
 from botocore.model import Shape, StructureShape
 
-from dockyard.api.patterns import compile_pattern, translate_pattern
+from dockyard.api.linear_patterns import compile_pattern
+from dockyard.api.patterns import translate_pattern
 from dockyard.api.shape_compiler import Compiler, bounds, cached
 from dockyard.api.untrusted import is_unicode
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dockyard.api.patterns import compile_pattern, translate_pattern
+from dockyard.api.linear_patterns import compile_pattern
+from dockyard.api.patterns import translate_pattern
 
 _SESSION = botocore.session.get_session()
 MODELS = ("sagemaker", "logs", "service-quotas", "sts", "iam")

@@ -15,7 +15,8 @@ from botocore.model import ServiceModel, StructureShape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dockyard.api.patterns import compile_pattern, translate_pattern
+from dockyard.api.linear_patterns import compile_pattern
+from dockyard.api.patterns import translate_pattern
 from dockyard.api.serialise import serialise_output
 from dockyard.api.shapes import ValidationError, parse_input
 from tests.strategies import random_body, valid_body
