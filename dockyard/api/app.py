@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from prometheus_client import Gauge
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -187,6 +188,15 @@ def create_app(state: ServerState) -> Starlette:
             return await s3(request)
         return RedirectResponse("/console/", 307)
 
+    limits = connections.ConnectionLimits.of(state.settings)
+    bodies = connections.BodyBudget(limits.body_budget)
+    Gauge(
+        "dockyard_request_body_bytes",
+        "Bytes of request bodies being received and kept (all but S3 uploads), across "
+        "the server; at body_budget_mib requests are answered 503",
+        registry=metrics.registry,
+    ).set_function(lambda: bodies.held)
+
     def refused(scope: Scope, code: str) -> None:
         # A body too slow, or past the bodies' budget (api/connections.py).
         target = next((v for k, v in scope["headers"] if k == b"x-amz-target"), b"")
@@ -195,11 +205,7 @@ def create_app(state: ServerState) -> Starlette:
     app = Starlette(
         lifespan=lifespan,
         middleware=[
-            Middleware(
-                connections.BodyGuard,
-                limits=connections.ConnectionLimits.of(state.settings),
-                refused=refused,
-            )
+            Middleware(connections.BodyGuard, limits=limits, budget=bodies, refused=refused)
         ],
         routes=[
             Route("/", api, methods=["POST"]),

@@ -254,6 +254,28 @@ def streamed(scope: Scope) -> None:
         body.streamed = True
 
 
+class BodyBudget:
+    """The bytes of request bodies being received and kept, across the server."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise Refused(
+                503,
+                "ServiceUnavailable",
+                "The server is receiving too many request bodies at once "
+                f"({self.limit // (1024 * 1024)} MiB); try again shortly",
+                s3_code="SlowDown",
+            )
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
 class BodyGuard:
     """The body's deadline and the server's budget for bodies (see the module's
     docstring), around an ASGI app. `refused(scope, code)` hears of each refusal."""
@@ -262,13 +284,13 @@ class BodyGuard:
         self,
         app: ASGIApp,
         limits: ConnectionLimits,
+        budget: BodyBudget | None = None,
         refused: Callable[[Scope, str], None] | None = None,
     ) -> None:
         self.app = app
         self.limits = limits
+        self.budget = budget or BodyBudget(limits.body_budget)
         self.on_refused = refused
-        # Bytes of bodies being received (and kept) by requests not yet answered.
-        self.held = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -298,20 +320,8 @@ class BodyGuard:
         except ClientDisconnect:
             return  # the client went before its body was in: nobody to answer
         finally:
-            self.held -= body.held
+            self.budget.give(body.held)
             body.held = 0
-
-    def take(self, body: _Body, size: int) -> None:
-        if self.held + size > self.limits.body_budget:
-            raise Refused(
-                503,
-                "ServiceUnavailable",
-                "The server is receiving too many request bodies at once "
-                f"({self.limits.body_budget // (1024 * 1024)} MiB); try again shortly",
-                s3_code="SlowDown",
-            )
-        self.held += size
-        body.held += size
 
 
 class _Body:
@@ -370,4 +380,5 @@ class _Body:
         if not message.get("more_body", False):
             self.done = True
         if size and not self.streamed:
-            self.guard.take(self, size)
+            self.guard.budget.take(size)
+            self.held += size
