@@ -55,6 +55,17 @@ class Settings:
     # it came over https (the console's cookie is then Secure). Empty: none, the headers
     # are ignored and the client is whoever connected.
     forwarded_allow_ips: str = ""
+    # Slow and idle clients (api/connections.py, docs/security.md): a request's headers
+    # are due within header_timeout_seconds of the connection's start or the previous
+    # answer, and may be max_header_bytes at most; while the server waits for a body,
+    # it must bring body_min_rate_bytes a second over each body_timeout_seconds of
+    # waiting. Bodies being received (but S3 uploads, streamed on) hold body_budget_mib
+    # at most across the server; past it a request is answered 503.
+    header_timeout_seconds: int = 20
+    max_header_bytes: int = 65536
+    body_timeout_seconds: int = 20
+    body_min_rate_bytes: int = 1024
+    body_budget_mib: int = 256
     # Sections later issues read (fleet, prices, quotas ...) are kept whole.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -118,6 +129,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     if settings.backend == "ray" and not settings.ray_address:
         raise ConfigError("the ray backend needs the cluster's address: --ray-address HOST:PORT")
     _check_proxies(settings.forwarded_allow_ips)
+    _check_connection_limits(settings)
     try:
         from dockyard.domain.instance_types import catalogue
 
@@ -130,6 +142,21 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 def trusted_proxies(value: str) -> list[str]:
     """`forwarded_allow_ips` as a list (empty: trust no proxy's headers)."""
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _check_connection_limits(settings: Settings) -> None:
+    # The API takes bodies of up to 4 MiB: a smaller budget would refuse the largest.
+    least = {
+        "header_timeout_seconds": 1,
+        "max_header_bytes": 8192,
+        "body_timeout_seconds": 1,
+        "body_min_rate_bytes": 0,
+        "body_budget_mib": 8,
+    }
+    for name, minimum in least.items():
+        value = getattr(settings, name)
+        if value < minimum:
+            raise ConfigError(f"{name} must be at least {minimum} (got {value})")
 
 
 def _check_proxies(value: str) -> None:

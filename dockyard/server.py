@@ -5,6 +5,7 @@ This is the one place that wires the layers together; `dockyard serve` calls it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 
+from dockyard.api import connections
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.api.s3 import S3Front
@@ -47,6 +49,8 @@ class Server:
     state: ServerState
     app: Starlette
     development: DevelopmentAccess
+    # uvicorn's HTTP protocol, with the deadlines and caps for a request's headers.
+    http_protocol: type[asyncio.Protocol]
     gateway: S3Gateway | None = None
     wake: Listener | None = None
 
@@ -187,6 +191,7 @@ def build(settings: Settings) -> Server:
         state=state,
         app=create_app(state),
         development=development,
+        http_protocol=connections.http_protocol(connections.ConnectionLimits.of(settings)),
         gateway=gateway,
         wake=listener,
     )

@@ -7,16 +7,18 @@ import contextlib
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from prometheus_client import Gauge
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from dockyard.api import cluster_exec, cluster_shell
+from dockyard.api import cluster_exec, cluster_shell, connections
 from dockyard.api.context import ServerState
 from dockyard.api.dispatch import MAX_BODY_BYTES, Dispatcher, known_operations
 from dockyard.api.metrics import ApiMetrics
@@ -141,6 +143,8 @@ def create_app(state: ServerState) -> Starlette:
                 media_type="application/xml",
             )
         started = monotonic()
+        # Uploads go on to the gateway as they come: nothing of them is kept here.
+        connections.streamed(request.scope)
         response = await state.s3(request)
         metrics.observe(f"S3.{request.method}", str(response.status_code), monotonic() - started)
         return response
@@ -195,8 +199,25 @@ def create_app(state: ServerState) -> Starlette:
             return await s3(request)
         return RedirectResponse("/console/", 307)
 
+    limits = connections.ConnectionLimits.of(state.settings)
+    bodies = connections.BodyBudget(limits.body_budget)
+    Gauge(
+        "dockyard_request_body_bytes",
+        "Bytes of request bodies being received and kept (all but S3 uploads), across "
+        "the server; at body_budget_mib requests are answered 503",
+        registry=metrics.registry,
+    ).set_function(lambda: bodies.held)
+
+    def refused(scope: Scope, code: str) -> None:
+        # A body too slow, or past the bodies' budget (api/connections.py).
+        target = next((v for k, v in scope["headers"] if k == b"x-amz-target"), b"")
+        metrics.observe(target.decode("latin-1") or "-", code, 0.0)
+
     app = Starlette(
         lifespan=lifespan,
+        middleware=[
+            Middleware(connections.BodyGuard, limits=limits, budget=bodies, refused=refused)
+        ],
         routes=[
             Route("/", api, methods=["POST"]),
             # The web console (dockyard/web): its pages, or S3's when signed for it.

@@ -27,7 +27,7 @@ import logging
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
@@ -36,6 +36,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from dockyard.api import connections
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.clock import wall_now
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     import httpx
 
 log = logging.getLogger("dockyard.api.s3")
+E = TypeVar("E", bound=BaseException)
 # One line per proxied request is the gateway's business, not the server log's.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -99,6 +101,17 @@ def _error(code: str, message: str, status: int, resource: str = "") -> Response
     )
     response.refused = True  # type: ignore[attr-defined]
     return response
+
+
+def _cause(exc: BaseException, kind: type[E]) -> E | None:
+    """The exception of `kind` that `exc` was raised from, if any (httpx wraps what a
+    request's body stream raised)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _copy_source_bucket(request: Request) -> str | None:
@@ -169,11 +182,16 @@ class S3Front:
 
         try:
             response = await self._handle(request)
+        except connections.Refused:
+            raise  # the client's body came too slowly: `connections.BodyGuard` answers
         except (httpx.LocalProtocolError, h11.LocalProtocolError) as exc:
             # What the client sent cannot be sent on as HTTP/1.1 as it stands.
             log.info("S3 request not forwarded: %s", exc)
             response = _error("InvalidRequest", f"The request cannot be served: {exc}", 400)
         except (httpx.HTTPError, h11.ProtocolError, OSError) as exc:
+            refused = _cause(exc, connections.Refused)
+            if refused is not None:
+                raise refused from None  # the upload stopped while being sent on
             log.warning("S3 gateway unreachable: %s", exc)
             response = _error("ServiceUnavailable", "The S3 service is starting; try again", 503)
         except Exception:

@@ -68,6 +68,31 @@ def serve(
             "(docs/operations.md) [default: none].",
         ),
     ] = None,
+    header_timeout: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds a client has to send a request's headers, from its connection's "
+            "start or the previous answer; then 408 and closed [default: 20].",
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds of waiting over which a request's body must bring "
+            "--body-min-rate bytes a second; then 408 and closed [default: 20].",
+        ),
+    ] = None,
+    body_min_rate: Annotated[
+        int | None,
+        typer.Option(help="Bytes a second a request's body must come at [default: 1024]."),
+    ] = None,
+    body_budget_mib: Annotated[
+        int | None,
+        typer.Option(
+            help="MiB the request bodies being received may hold across the server (S3 "
+            "uploads, streamed, hold none); past it 503 [default: 256].",
+        ),
+    ] = None,
     unsafe_no_sandbox: Annotated[
         bool,
         typer.Option(
@@ -96,6 +121,10 @@ def serve(
             backend=backend,
             ray_address=ray_address,
             forwarded_allow_ips=forwarded_allow_ips,
+            header_timeout_seconds=header_timeout,
+            body_timeout_seconds=body_timeout,
+            body_min_rate_bytes=body_min_rate,
+            body_budget_mib=body_budget_mib,
             sandbox="none" if unsafe_no_sandbox else None,
         )
     except ConfigError as exc:
@@ -141,6 +170,8 @@ def serve(
             port=settings.port,
             log_level=settings.log_level,
             access_log=False,
+            # Deadlines and a size cap for requests' headers (api/connections.py).
+            http=server.http_protocol,
             # Only the configured proxies' X-Forwarded-* (uvicorn would believe any
             # local process's by default).
             proxy_headers=bool(proxies),

@@ -29,9 +29,8 @@ from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 # A bucket name S3 allows (gofakes3 creates no other): lower-case letters, digits, dots
 # and hyphens, never a path of its own (`.`, `..`, `_dockyard`, ...).
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-# As `dockyard.api.sigv4` reads an Authorization header's credential: the value only,
-# split after (a regex that split it too was quadratic on repeated "Credential=").
-_CREDENTIAL = re.compile(r"Credential=([^,\s]*)")
+# What ends the key id of an Authorization header's `Credential=` (`credential_scope`).
+_KEY_END = re.compile(r"[,\s]")
 # An Authorization header as SigV4 clients write it, read whole (the gateway reads one
 # more leniently, so only a header read whole here is read the same way there).
 _AUTHORIZATION = re.compile(
@@ -219,12 +218,29 @@ def credential(authorizations: Sequence[str], query: str) -> tuple[str, str]:
 
 
 def credential_scope(authorization: str) -> tuple[str, str] | None:
-    """(access key id, service) an Authorization header claims, unverified."""
-    match = _CREDENTIAL.search(authorization)
-    parts = match.group(1).split("/") if match else []
-    if len(parts) != 5 or parts[4] != "aws4_request" or not parts[0] or not parts[3]:
-        return None
-    return parts[0], parts[3]
+    """(access key id, service) an Authorization header claims, unverified: its first
+    `Credential=KEY/DATE/REGION/SERVICE/aws4_request` (KEY without commas or spaces,
+    the others without slashes; what may follow `aws4_request` is not read).
+
+    Read in one pass over the header's slash-separated pieces. It was a regex search,
+    `Credential=([^/,\\s]+)/[^/]+/[^/]+/([^/]+)/aws4_request`, which gives the same
+    answers but is quadratic where no slash follows: every request but `POST /` asks
+    this before anything is verified (to tell S3 from the console and the rest), and an
+    unsigned 220 KB header of repeated "Credential=" held the event loop 50 s.
+    """
+    pieces = authorization.split("/")
+    for at in range(len(pieces) - 4):
+        # The key id runs from `Credential=` to this piece's end, so it lies in the
+        # piece's last stretch without a comma or space; the first one found there is
+        # the leftmost match (a later one would leave a shorter key, or none).
+        stretch = _KEY_END.split(pieces[at])[-1]
+        start = stretch.find("Credential=")
+        if start < 0 or start + len("Credential=") == len(stretch):
+            continue
+        date, region, service = pieces[at + 1 : at + 4]
+        if date and region and service and pieces[at + 4].startswith("aws4_request"):
+            return stretch[start + len("Credential=") :], service
+    return None
 
 
 def signing_service(authorization: str | None, query: str) -> tuple[str, str] | None:
