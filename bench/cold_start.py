@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.saved import save
-from dockyard.compute.local import end_agents
+from dockyard.compute.backends.local import end_agents
 
 CODE = b"print('first line', flush=True)\n"
 

@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 
 from bench.api_throughput import HOST, _subprocess_server, free_port
-from dockyard.compute.local import end_agents
+from dockyard.compute.backends.local import end_agents
 
 REGION = "us-east-1"
 

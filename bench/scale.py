@@ -53,7 +53,7 @@ def _setup(root: Path, jobs: int) -> Any:
     from sqlalchemy import update
 
     from dockyard.clock import ManualClock
-    from dockyard.compute.local import LocalBackend
+    from dockyard.compute.backends.local import LocalBackend
     from dockyard.config import load_settings, plan_settings
     from dockyard.control.jobs import JobsReconciler
     from dockyard.services import accounts, fleet

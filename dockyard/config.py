@@ -47,7 +47,7 @@ class Settings:
     # deadlines they keep (a warm pool's, a plan block's); the tick is a safety net.
     reconcile_interval_seconds: int = 10
     # Where instances run: "local" (this host's processes) or "ray" (a Ray cluster's
-    # nodes, at ray_address; compute/ray_backend.py).
+    # nodes, at ray_address; compute/backends/ray_cluster.py).
     backend: str = "local"
     ray_address: str = ""
     # The reverse proxies (addresses or networks, comma-separated; "*" any) whose

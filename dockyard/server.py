@@ -18,10 +18,11 @@ from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
 from dockyard.api.s3 import S3Front
 from dockyard.clock import ManualClock, make_clock
-from dockyard.compute import sandbox, wake
-from dockyard.compute.backend import Backend
-from dockyard.compute.local import LocalBackend
-from dockyard.compute.wake import Listener
+from dockyard.compute.backends.local import LocalBackend
+from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.backends.wakes import Listener
+from dockyard.compute.sandbox import bwrap as sandbox
+from dockyard.compute.wire import wake
 from dockyard.config import Settings, plan_settings
 from dockyard.control.clusters import ClustersReconciler
 from dockyard.control.jobs import JobsReconciler
@@ -124,7 +125,7 @@ def build(settings: Settings) -> Server:
     plans = plan_settings(settings)
     backend: Backend
     if settings.backend == "ray":
-        from dockyard.compute.ray_backend import RayBackend  # Ray's import is slow
+        from dockyard.compute.backends.ray_cluster import RayBackend  # Ray's import is slow
 
         backend = RayBackend(settings.ray_address, settings.data_dir)
         kinds = instance_types.catalogue(settings.extra.get("instance_types"))

@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from dockyard.compute.local import end_agents
+from dockyard.compute.backends.local import end_agents
 
 REPO = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"

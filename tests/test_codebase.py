@@ -46,7 +46,7 @@ def test_tools_run_at_run_time_are_dependencies() -> None:
 
     import uv
 
-    from dockyard.compute.agent_sandbox import uv_binary
+    from dockyard.compute.agent.confinement import uv_binary
     from dockyard.s3.gateway import rclone_binary
 
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -64,7 +64,7 @@ def test_what_a_start_imports_is_compiled_ahead() -> None:
     compiles the virtual environment (and dockyard) ahead."""
     probe = (
         "import importlib.util, os, sys\n"
-        "import dockyard.cli.main, dockyard.server, dockyard.compute.agent\n"
+        "import dockyard.cli.main, dockyard.server, dockyard.compute.agent.__main__\n"
         "stale = []\n"
         "for module in list(sys.modules.values()):\n"
         "    source = getattr(module, '__file__', None) or ''\n"

@@ -42,8 +42,8 @@ from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.api.replays import Replayed, SeenSignatures
 from dockyard.clock import monotonic, wall_now
-from dockyard.compute.agent_exec import ExecRequest
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.wire.exec import ExecRequest
 from dockyard.services import cluster_exec
 from dockyard.services.accounts import KeyRecord
 from dockyard.services.cluster_exec import NodeTarget

@@ -42,7 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from dockyard.api import sigv4
 from dockyard.api.cluster_exec import NodeCommands, Refused
 from dockyard.api.untrusted import ascii_int
-from dockyard.compute import agent_shell
+from dockyard.compute.wire import shell as shell_wire
 from dockyard.services import cluster_exec
 from dockyard.services.errors import ServiceError, ValidationException
 
@@ -181,7 +181,7 @@ async def _client_to_node(websocket: WebSocket, writer: asyncio.StreamWriter) ->
             return None
         data = message.get("bytes")
         if data is not None:
-            writer.write(agent_shell.frame(agent_shell.DATA, data))
+            writer.write(shell_wire.frame(shell_wire.DATA, data))
         else:
             text = message.get("text") or ""
             try:
@@ -191,12 +191,12 @@ async def _client_to_node(websocket: WebSocket, writer: asyncio.StreamWriter) ->
             if not isinstance(control, dict):
                 return "a text message must be a JSON object"
             if control.get("Eof") is True:
-                writer.write(agent_shell.frame(agent_shell.EOF))
+                writer.write(shell_wire.frame(shell_wire.EOF))
             elif "Rows" in control or "Cols" in control:
                 rows, cols = control.get("Rows"), control.get("Cols")
                 if not all(_dimension(n) for n in (rows, cols)):
                     return "Rows and Cols must be whole numbers from 1 to 65535"
-                writer.write(agent_shell.frame(agent_shell.WINDOW, struct.pack("!HH", rows, cols)))
+                writer.write(shell_wire.frame(shell_wire.WINDOW, struct.pack("!HH", rows, cols)))
             else:
                 return 'a text message must be {"Rows", "Cols"} or {"Eof": true}'
         await writer.drain()
@@ -207,19 +207,19 @@ async def _node_to_client(reader: asyncio.StreamReader, websocket: WebSocket) ->
     why = ""
     while True:
         try:
-            header = await reader.readexactly(agent_shell.HEADER.size)
-            kind, size = agent_shell.HEADER.unpack(header)
+            header = await reader.readexactly(shell_wire.HEADER.size)
+            kind, size = shell_wire.HEADER.unpack(header)
             payload = await reader.readexactly(size) if size else b""
         except (asyncio.IncompleteReadError, ConnectionError):
             return _error("ConflictException", why or "the node stopped during the session")
-        if kind == agent_shell.DATA:
+        if kind == shell_wire.DATA:
             try:
                 await websocket.send_bytes(payload)
             except (WebSocketDisconnect, RuntimeError, OSError):
                 await asyncio.Event().wait()  # the client's side sees it go
-        elif kind == agent_shell.ERROR:
+        elif kind == shell_wire.ERROR:
             why = payload.decode(errors="replace")
-        elif kind == agent_shell.EXIT and len(payload) == 4:
+        elif kind == shell_wire.EXIT and len(payload) == 4:
             if why:
                 return _error("ConflictException", why)
             (code,) = struct.unpack("!i", payload)
@@ -252,8 +252,8 @@ def _terminal(query: dict[str, str]) -> dict[str, Any]:
         if value is None:
             raise ValidationException(f"{name} must be a whole number from 1 to 65535")
         size[name.lower()] = value
-    term = query.get("Term", agent_shell.DEFAULT_TERM)
-    if not agent_shell.valid_term(term):
+    term = query.get("Term", shell_wire.DEFAULT_TERM)
+    if not shell_wire.valid_term(term):
         raise ValidationException("Term must name a terminal type (letters, digits, ._+-)")
     editing = query.get("LineEditing", "true")
     if editing not in ("true", "false"):

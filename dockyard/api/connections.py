@@ -49,7 +49,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from dockyard.api import query
 from dockyard.api.targets import query_targets
 from dockyard.clock import monotonic
-from dockyard.s3 import addressing
+from dockyard.domain import s3_addressing as addressing
 
 if TYPE_CHECKING:
     from uvicorn.config import Config

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from dockyard.clock import Clock
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.loop import ControlLoop
 from dockyard.secretbox import SecretBox

@@ -11,7 +11,7 @@ signature and a large upload passes without being held here; the few ways the ga
 departs from S3 are mended on the way back (a ranged GET answers 206, and without the
 whole object's checksum, which clients would check the part against).
 
-The request is read once (`dockyard.s3.addressing`), as the gateway will read it: the
+The request is read once (`dockyard.domain.s3_addressing`), as the gateway will read it: the
 bucket checked is, byte for byte, the bucket served. A path or copy source that two
 readers could take differently (`.`/`..` segments, `//`, bad escapes) is refused with
 400, and what passes is sent on exactly as it came (httpx is told the target; it
@@ -40,7 +40,8 @@ from dockyard.api import connections
 from dockyard.api.context import ServerState
 from dockyard.api.keys import KeyCache
 from dockyard.clock import wall_now
-from dockyard.s3 import addressing, empty_dirs, presigned
+from dockyard.domain import s3_addressing as addressing
+from dockyard.s3 import empty_dirs, presigned
 from dockyard.services import buckets
 
 if TYPE_CHECKING:

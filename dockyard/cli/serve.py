@@ -201,7 +201,7 @@ def _redact(url: str) -> str:
 
 
 def _sandbox_line(mode: str) -> str:
-    from dockyard.compute import sandbox
+    from dockyard.compute.sandbox import bwrap as sandbox
 
     if mode == "none":
         return (

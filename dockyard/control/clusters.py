@@ -21,8 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
-from dockyard.compute.backend import Backend
-from dockyard.compute.instance_state import InstanceState
+from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.wire.state import InstanceState
 from dockyard.config import Settings
 from dockyard.control.jobs.specs import HostSpecs
 from dockyard.control.loop import seconds_until

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from dockyard.clock import Clock, monotonic
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
 from dockyard.config import PlanSettings
 from dockyard.control.loop import seconds_until
 from dockyard.domain import warm_pools as rules

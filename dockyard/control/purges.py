@@ -13,7 +13,7 @@ import logging
 from sqlalchemy import delete, select
 
 from dockyard.clock import monotonic
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
 from dockyard.store.db import Database
 from dockyard.store.tables import InstancePurge
 

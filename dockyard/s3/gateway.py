@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from dockyard.clock import monotonic
-from dockyard.compute.wake import sweep_sockets
+from dockyard.compute.wire.wake import sweep_sockets
 from dockyard.s3.auth import DATA_DIR_VARIABLE, DATABASE_VARIABLE
 
 log = logging.getLogger("dockyard.s3")
@@ -75,7 +75,7 @@ class S3Gateway:
             "--auth-proxy",
             f"{sys.executable} -m dockyard.s3.auth",
             # The bucket is the path's first segment, never the Host header's first label:
-            # the front door checks the path's (`dockyard.s3.addressing`), and a Host is
+            # the front door checks the path's (`dockyard.domain.s3_addressing`), and a Host is
             # the client's to write. (rclone's default; said here so it stays so.)
             "--force-path-style=true",
             # Agents write objects as files behind rclone's back: it must not cache what

@@ -6,7 +6,7 @@ A bucket directory nobody created through the API (one an operator made with `mk
 under `<data-dir>/s3`, or the `dockyard-jobs` bucket of a new server) belongs to the
 development account, the operator's own.
 
-What the database says is also marked beside the store (`dockyard.s3.bucket_marks`)
+What the database says is also marked beside the store (`dockyard.compute.wire.bucket_marks`)
 for the instance agents, which have no database: a bucket's mark is written once its
 owner is known and removed before it is deleted.
 """
@@ -21,8 +21,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from dockyard.compute.wire import bucket_marks
 from dockyard.domain.job_paths import s3_locations
-from dockyard.s3 import bucket_marks
 from dockyard.services.errors import ValidationException
 from dockyard.store.tables import Bucket
 

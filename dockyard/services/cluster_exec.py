@@ -22,12 +22,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.clock import monotonic
-from dockyard.compute.agent_exec import (
-    MAX_STDIN_BYTES,
-    MAX_TIMEOUT_SECONDS,
-    ExecRequest,
-)
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.wire.exec import MAX_STDIN_BYTES, MAX_TIMEOUT_SECONDS, ExecRequest
 from dockyard.domain.clusters import NodeStatus
 from dockyard.services import clusters
 from dockyard.services.errors import (
@@ -132,7 +128,7 @@ def locate(
 
 
 def open_shell(backend: Backend, target: NodeTarget) -> socket.socket:
-    """A new interactive shell session on the node (its agent's `agent_shell` frames)."""
+    """A new interactive shell session on the node (its agent's `agent.shell` frames)."""
     if backend.poll(target.handle).get("phase") != "running" or not backend.alive(target.handle):
         raise ConflictException(
             f"Node {target.instance_id} of cluster {target.cluster_name} is not up; "

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from dockyard.clock import utc
-from dockyard.compute.backend import Backend, InstanceLog
+from dockyard.compute.backends.protocol import Backend, InstanceLog
 from dockyard.domain.jobs import instance_key
 from dockyard.services.errors import ServiceError
 from dockyard.store.tables import Cluster, TrainingJob

@@ -38,8 +38,8 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from dockyard.compute.backend import Backend, InstanceLog
-from dockyard.compute.log_index import LogReader
+from dockyard.compute.backends.protocol import Backend, InstanceLog
+from dockyard.compute.wire.log_format import LogReader
 from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services import log_streams

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, select
 
-from dockyard.compute.backend import Backend
+from dockyard.compute.backends.protocol import Backend
 from dockyard.domain import metrics
 from dockyard.domain.jobs import TERMINAL, JobStatus
 from dockyard.services import logs

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from dockyard.clock import monotonic
-from dockyard.compute.agent import JobSpec
-from dockyard.compute.agent_data import ClientError, stage_inputs
-from dockyard.compute.agent_env import Layout, build_env, job_command
-from dockyard.compute.s3 import LocalS3
+from dockyard.compute.agent.data import ClientError, stage_inputs
+from dockyard.compute.agent.env import build_env, job_command, make_dirs
+from dockyard.compute.agent.instance import JobSpec
+from dockyard.compute.agent.s3 import LocalS3
+from dockyard.compute.wire.layout import Layout
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX_UID = 2_100_999_001
@@ -461,7 +462,7 @@ def test_manifest_and_augmented_manifest(tmp_path: Path) -> None:
         input_data_config=[channel("train", "s3://bkt/m.json", S3DataType="ManifestFile")],
     )
     layout = Layout(tmp_path / "root")
-    layout.make_dirs(spec)
+    make_dirs(layout, spec)
     stage_inputs(spec, layout, s3, lambda: None)
     staged = sorted(
         p.relative_to(layout.data_dir).as_posix() for p in layout.data_dir.rglob("*.csv")

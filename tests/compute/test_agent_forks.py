@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.compute.local import LocalBackend, end_agents
+from dockyard.compute.backends.local import LocalBackend, end_agents
 from tests.compute.test_agent import wait_for
 from tests.compute.test_local import SLEEPER, Data, _agent_pid, _gone, _launch, _output, _phase
 from tests.compute.test_local import pytestmark as pytestmark  # needs the job sandbox

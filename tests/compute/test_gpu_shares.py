@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.compute.gpus import GpuShares, GpuShortage
+from dockyard.compute.backends.gpus import GpuShares, GpuShortage
 
 POOL = "ml.g5.xlarge@us-east-1a"
 

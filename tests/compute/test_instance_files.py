@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dockyard.compute.agent_env import Layout
-from dockyard.compute.instance_files import InstanceFiles
-from dockyard.compute.log_index import LogWriter
+from dockyard.compute.backends.instance_files import InstanceFiles
+from dockyard.compute.wire.layout import Layout
+from dockyard.compute.wire.log_format import LogWriter
 
 
 def write_events(root: Path, messages: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""The local backend's agents, started through its fork server (`agent_forks`).
+"""The local backend's agents, started through its fork server (`agent.fork_server`).
 
 Each test launches real jobs through `LocalBackend` on a temporary data dir, in the
 sandbox as the server runs them, and looks at the agents as the host sees them.
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from dockyard.compute import agent_forks
-from dockyard.compute.local import LocalBackend, end_agents
-from dockyard.compute.sandbox import unavailable
+from dockyard.compute.backends import forks
+from dockyard.compute.backends.local import LocalBackend, end_agents
+from dockyard.compute.sandbox.bwrap import unavailable
 from tests.compute.test_agent import wait_for
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason="needs the job sandbox")
@@ -195,7 +195,7 @@ def test_a_fork_server_that_died_is_started_again(data: Data) -> None:
 def test_without_a_fork_server_agents_start_as_interpreters(
     data: Data, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent_forks, "command", lambda: ["/bin/false"])
+    monkeypatch.setattr(forks, "command", lambda: ["/bin/false"])
     backend = LocalBackend(data.dir)
     handle = _launch(backend, data, "plain", ["true"])
     assert handle in backend._children

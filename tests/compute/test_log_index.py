@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dockyard.compute.log_index import (
+from dockyard.compute.wire.log_format import (
     RECORD,
     Event,
     LogReader,

@@ -1,4 +1,4 @@
-"""The job network across machines (`agent_overlay`): two hosts in two network
+"""The job network across machines (`agent.overlay`): two hosts in two network
 namespaces, joined only by their agents' UDP datagrams, meet by their job addresses -
 and a datagram that is not a peer agent's own, with the job's key, gets nowhere."""
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dockyard.compute import sandbox_netns as netns
-from dockyard.compute.agent_overlay import TAG_BYTES, Overlay, OverlayError, address
+from dockyard.compute.agent.overlay import TAG_BYTES, Overlay, OverlayError, address
+from dockyard.compute.sandbox import netns
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/dev/net/tun"),

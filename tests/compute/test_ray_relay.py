@@ -1,4 +1,4 @@
-"""The relay a Ray node's actor opens for one shell session (`ray_host.relay_one`):
+"""The relay a Ray node's actor opens for one shell session (`backends.ray_host.relay_one`):
 only a connection that starts with the one-time token is joined to the agent's
 session, and each direction's end is passed on without cutting the other."""
 
@@ -8,7 +8,7 @@ import secrets
 import socket
 import threading
 
-from dockyard.compute.ray_host import TOKEN_BYTES, relay_one
+from dockyard.compute.backends.ray_host import TOKEN_BYTES, relay_one
 
 
 def test_only_the_token_gets_through_and_ends_pass_on() -> None:

@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto.server import ThreadedMotoServer
 
-from dockyard.compute.s3 import BotoS3, LocalS3, S3Error, S3Store, parse_s3_uri, s3_from_config
+from dockyard.compute.agent.s3 import (
+    BotoS3,
+    LocalS3,
+    S3Error,
+    S3Store,
+    parse_s3_uri,
+    s3_from_config,
+)
 
 REGION = "us-east-1"
 

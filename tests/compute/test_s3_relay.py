@@ -1,4 +1,4 @@
-"""A node's S3 relay (`agent_s3_relay`) in front of a real HTTP server standing for
+"""A node's S3 relay (`agent.s3_relay`) in front of a real HTTP server standing for
 dockyard's endpoint: S3 requests pass unchanged (their signatures still hold), anything
 else is refused before a byte of it is sent on."""
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dockyard.compute.agent_s3_relay import S3Relay, refusal
+from dockyard.compute.agent.s3_relay import S3Relay, refusal
 
 S3_AUTH = (
     b"AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20261202/us-east-1/s3/aws4_request, "
@@ -293,7 +293,7 @@ def test_what_the_relay_passes_the_server_serves_as_s3(
     from starlette.requests import Request
 
     from dockyard.api.s3 import is_s3
-    from dockyard.s3 import addressing
+    from dockyard.domain import s3_addressing as addressing
 
     target = ("/" + "".join(pieces)).encode()
     headers = [(b"authorization", value) for value in authorizations]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.compute import agent_sandbox
-from dockyard.compute.agent_env import Layout
-from dockyard.compute.agent_files import (
+from dockyard.compute.agent import confinement
+from dockyard.compute.agent.confinement import Confinement, ConfinementError
+from dockyard.compute.agent.env import make_dirs, reset_for_next_job
+from dockyard.compute.agent.files import (
     UnsafeArchive,
     entries,
     extract_tar,
@@ -24,11 +25,11 @@ from dockyard.compute.agent_files import (
     read_regular,
     regular_files,
 )
-from dockyard.compute.agent_sandbox import Confinement, ConfinementError
-from dockyard.compute.agent_spec import JobSpec
-from dockyard.compute.local import SANDBOX_UID_BASE, LocalBackend
-from dockyard.compute.sandbox import Sandbox, SandboxError, interpreter_dirs
-from dockyard.compute.sandbox_limits import Limits
+from dockyard.compute.backends.local import SANDBOX_UID_BASE, LocalBackend
+from dockyard.compute.sandbox.bwrap import Sandbox, SandboxError, interpreter_dirs
+from dockyard.compute.sandbox.limits import Limits
+from dockyard.compute.wire.layout import Layout
+from dockyard.compute.wire.spec import JobSpec
 
 UID = 2_100_999_101
 
@@ -201,7 +202,7 @@ def test_emptying_a_tree_for_the_next_job_removes_links_as_links(
 ) -> None:
     layout = Layout(tmp_path / "instance")
     spec = JobSpec(job_name="j", keep_alive_seconds=60)
-    layout.make_dirs(spec)
+    make_dirs(layout, spec)
     (layout.warm_pool_cache / "kept").write_text("cache")
     # The last job swapped the cache's parent for a link to a host directory.
     sagemaker = layout.opt_ml / "sagemaker"
@@ -209,7 +210,7 @@ def test_emptying_a_tree_for_the_next_job_removes_links_as_links(
     sagemaker.rmdir()
     sagemaker.symlink_to(host_secret.parent)
     (layout.model_dir / "key").symlink_to(host_secret)
-    layout.reset_for_next_job()
+    reset_for_next_job(layout)
     assert host_secret.read_text() == "the host's secret"
     assert not sagemaker.exists() and not sagemaker.is_symlink()
     assert sorted(p.name for p in layout.opt_ml.iterdir()) == []
@@ -274,7 +275,7 @@ def test_interpreters_that_cannot_be_shown_are_refused(tmp_path: Path) -> None:
 def test_without_the_sandbox_jobs_fail_saying_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent_sandbox, "unavailable", lambda: "bwrap is missing")
+    monkeypatch.setattr(confinement, "unavailable", lambda: "bwrap is missing")
     spec = JobSpec(job_name="j", sandbox={"uid": UID})
     with pytest.raises(ConfinementError) as error:
         Confinement.open(spec, Layout(tmp_path / "key" / "algo-1"))
@@ -335,7 +336,7 @@ def test_a_staged_file_never_lands_through_a_link_or_in_the_users_directory(
 
 def test_what_a_job_wrote_counts_every_entry_not_only_files(tmp_path: Path) -> None:
     """Links with long targets and empty directories fill a disk as files do."""
-    from dockyard.compute.agent_data import ENTRY_BYTES, written_bytes
+    from dockyard.compute.agent.data import ENTRY_BYTES, written_bytes
 
     tree = tmp_path / "opt-ml"
     (tree / "model").mkdir(parents=True)

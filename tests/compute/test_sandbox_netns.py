@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from dockyard.compute import sandbox_netns as netns
+from dockyard.compute.sandbox import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 

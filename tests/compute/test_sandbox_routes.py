@@ -1,5 +1,5 @@
 """The rules that keep a job's way out off the host and link-local addresses
-(`sandbox_routes`), set in a namespace made in-process; tests/e2e/test_sandbox_host.py
+(`sandbox.routes`), set in a namespace made in-process; tests/e2e/test_sandbox_host.py
 attacks them from inside a real job."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import socket
 
 import pytest
 
-from dockyard.compute import sandbox_netns as netns
-from dockyard.compute import sandbox_routes as routes
+from dockyard.compute.sandbox import netns, routes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 

@@ -1,4 +1,4 @@
-"""The sandbox's system-call filter (`sandbox_seccomp`), loaded into a child process
+"""The sandbox's system-call filter (`sandbox.seccomp`), loaded into a child process
 directly (tests/e2e/test_sandbox_host.py attacks it from inside a real job)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dockyard.compute import sandbox_seccomp
+from dockyard.compute.sandbox import seccomp as sandbox_seccomp
 
 pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64", reason="the child below uses x86_64's numbers"

@@ -1,4 +1,4 @@
-"""The host's registry of sandbox users (`sandbox_uids`): unique across data dirs, kept
+"""The host's registry of sandbox users (`sandbox.uids`): unique across data dirs, kept
 across restarts, a gone data dir's uid reused only once nothing runs as it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.compute.sandbox_uids import BASE, SandboxUids, users_running
+from dockyard.compute.sandbox.uids import BASE, SandboxUids, users_running
 
 
 @pytest.fixture

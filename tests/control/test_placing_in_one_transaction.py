@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import event, select
 
 from dockyard.clock import ManualClock
-from dockyard.compute.local import LocalBackend, end_agents
+from dockyard.compute.backends.local import LocalBackend, end_agents
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.services import accounts, capacity, fleet

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dockyard.compute.sandbox_limits import Cgroup
+from dockyard.compute.sandbox.limits import Cgroup
 from tests.e2e.test_sandbox import SERVER_SECRET, finish, job, model, output, secrets_of, why
 from tests.harness import UID, WAIT_FOR_GATE, DockyardServer, instance_root, open_gate
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dockyard.compute.local import SANDBOX_UID_BASE
+from dockyard.compute.backends.local import SANDBOX_UID_BASE
 from tests.e2e.test_clusters import group, wait_cluster, wait_nodes
 from tests.harness import REGION, REPO, DockyardServer, dockyard_command
 

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from dockyard.compute.local import SANDBOX_UID_BASE
+from dockyard.compute.backends.local import SANDBOX_UID_BASE
 from tests.e2e.test_cluster_exec import cli, post, run_on, up
 from tests.harness import REGION, DockyardServer, run_cli
 

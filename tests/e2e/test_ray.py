@@ -103,7 +103,7 @@ def throw_away(server: DockyardServer, ray_cluster: Any) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from dockyard.compute.ray_host import "
+            "import sys; from pathlib import Path; from dockyard.compute.backends.ray_host import "
             "end_all; end_all(sys.argv[1], Path(sys.argv[2]))",
             str(ray_cluster.address),
             str(server.data_dir),
@@ -235,7 +235,7 @@ def messages(server: DockyardServer, stream_prefix: str) -> list[str]:
 def test_a_two_instance_job_is_spread_over_two_nodes(ray_server: DockyardServer) -> None:
     """STRICT_SPREAD puts algo-1 and algo-2 on different Ray nodes (those offering
     ml.m5.xlarge in us-east-1a), each in a network namespace of its own: they meet by
-    host name over the job network their agents carry (`agent_overlay`)."""
+    host name over the job network their agents carry (`agent.overlay`)."""
     server = ray_server
     (server.data_dir / "s3" / "results").mkdir(parents=True, exist_ok=True)
     request = script_job(

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dockyard.compute.sandbox import interpreter_dirs
+from dockyard.compute.sandbox.bwrap import interpreter_dirs
 from tests.harness import UID, DockyardServer, instance_root, open_gate
 
 SERVER_SECRET = "server-secret-Ahf3uo9chaiVeeph"

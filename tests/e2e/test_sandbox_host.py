@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dockyard.compute import sandbox_routes
+from dockyard.compute.sandbox import routes as sandbox_routes
 from tests.e2e.test_sandbox import attack, box, finish, job, report, run, why
 from tests.harness import DockyardServer, instance_root, open_gate
 

@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dockyard.s3 import addressing
+from dockyard.domain import s3_addressing as addressing
 from tests.e2e.test_console_security import job_form, sign_in
 from tests.e2e.test_training_jobs import job_request, wait_for
 from tests.harness import DockyardServer, instance_root

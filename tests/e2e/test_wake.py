@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.compute import wake
+from dockyard.compute.backends.wakes import Listener
+from dockyard.compute.wire import wake
 from tests.e2e.test_training_jobs import job_request, wait_for
 from tests.harness import DockyardServer
 
@@ -52,13 +53,13 @@ def test_a_wake_up_with_no_server_listening_is_harmless(tmp_path: Path) -> None:
     wake.notify(str(tmp_path / "nobody.sock"))
     wake.notify(None)
     calls: list[int] = []
-    listener = wake.Listener(tmp_path / "control.sock", lambda keys: calls.append(1))
+    listener = Listener(tmp_path / "control.sock", lambda keys: calls.append(1))
     listener.start()
     listener.close()
     assert not (tmp_path / "control.sock").exists()
     # A data dir too deep for a socket's 108-byte path: no wake-ups, the tick still runs.
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
-    listener = wake.Listener(deep / "control.sock", lambda keys: calls.append(1))
+    listener = Listener(deep / "control.sock", lambda keys: calls.append(1))
     listener.start()
     listener.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dockyard.compute.log_index import Event
+from dockyard.compute.wire.log_format import Event
 from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services import logs, training_jobs

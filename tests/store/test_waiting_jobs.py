@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import event, select
 
 from dockyard.clock import ManualClock
-from dockyard.compute.local import LocalBackend
+from dockyard.compute.backends.local import LocalBackend
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.services import accounts, capacity, fleet

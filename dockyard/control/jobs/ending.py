@@ -9,8 +9,8 @@ from decimal import Decimal
 from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
-from dockyard.compute.backend import Backend
-from dockyard.compute.instance_state import InstanceState, times
+from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.wire.state import InstanceState, times
 from dockyard.config import PlanSettings
 from dockyard.control.jobs.running import run_seconds
 from dockyard.domain import jobs as rules

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from dockyard.clock import wall_now
-from dockyard.compute.instance_state import InstanceState, times
+from dockyard.compute.wire.state import InstanceState, times
 from dockyard.control.jobs.queue import Seen
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dockyard.compute import wake
+from dockyard.compute.wire import wake
+from dockyard.compute.wire.bucket_marks import owners_dir
 from dockyard.config import Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain.clusters import ON_CREATE_SECONDS
 from dockyard.domain.placement import Placement
 from dockyard.domain.warm_pools import keep_alive_seconds
-from dockyard.s3.bucket_marks import owners_dir
 from dockyard.services.accounts import Credentials
 from dockyard.store.tables import Cluster, ClusterNode, TrainingJob
 
