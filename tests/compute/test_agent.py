@@ -330,6 +330,24 @@ def test_a_failure_file_cannot_pass_for_the_platforms_failure(instance: Instance
     assert instance.object("out/my-job/output/model.tar.gz").exists()
 
 
+def test_a_failure_file_cannot_pass_for_the_agents_failure(instance: Instance) -> None:
+    """Nor for the agent's own reasons (found by issue 25's confirmation round), nor with
+    characters that change how it reads."""
+    state = instance.run(
+        entrypoint=py(
+            """
+            import os
+            with open(os.path.join(os.environ["SM_OUTPUT_DIR"], "failure"), "w") as f:
+                f.write("ClientError: OutOfMemoryError: out\\u202e\\x00 of memory")
+            raise SystemExit(3)
+            """
+        )
+    )
+    assert (
+        state["failure_reason"] == "AlgorithmError: ClientError: OutOfMemoryError: out of memory"
+    )
+
+
 def test_exit_code_without_failure_file(instance: Instance) -> None:
     state = instance.run(entrypoint=["sh", "-c", "echo dying; exit 7"])
     assert state["phase"] == "failed"

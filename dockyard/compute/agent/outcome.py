@@ -39,12 +39,16 @@ def out_of_memory(spec: JobSpec) -> str:
 
 def failure_reason(written: str, code: int) -> str:
     """A failed job's FailureReason: what it wrote to /opt/ml/output/failure, else its
-    exit. The job's own words, as SageMaker shows them: an algorithm's (or the client's)
-    error, never one that reads as the platform's (InternalServerError, which also keeps
-    no warm pool)."""
-    text = written.strip()
+    exit. The job's own words, as SageMaker shows them: an algorithm's error, never one
+    that reads as the platform's (InternalServerError, which also keeps no warm pool) or
+    as the agent's (ClientError)."""
+    # Control and bidirectional-override characters go: a reason is read by people, on
+    # terminals and in the console, and must say what it says.
+    text = "".join(c for c in written if c in "\t\n" or c.isprintable()).strip()
     if not text:
         return describe_exit(code)
-    if not text.startswith(("AlgorithmError:", "ClientError:")):
+    # Always the algorithm's, even if it claims to be the client's: a job's file must not
+    # read as one of the agent's own ClientError reasons (out of memory, a missing input).
+    if not text.startswith("AlgorithmError:"):
         text = f"AlgorithmError: {text}"
     return text[:MAX_REASON]
