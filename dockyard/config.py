@@ -124,10 +124,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(f"clock must be real or manual (got {settings.clock!r})")
     if settings.sandbox not in ("bwrap", "none"):
         raise ConfigError(f"sandbox must be bwrap or none (got {settings.sandbox!r})")
-    if settings.backend not in ("local", "ray"):
-        raise ConfigError(f"backend must be local or ray (got {settings.backend!r})")
-    if settings.backend == "ray" and not settings.ray_address:
-        raise ConfigError("the ray backend needs the cluster's address: --ray-address HOST:PORT")
+    # The backend's own settings are checked by its registry entry
+    # (`compute.backends.registry.check`).
     _check_proxies(settings.forwarded_allow_ips)
     _check_connection_limits(settings)
     try:

@@ -12,16 +12,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from dockyard.api import connections
 from dockyard.api.app import create_app
 from dockyard.api.context import ServerState
+from dockyard.api.dispatch import Dispatcher
 from dockyard.api.s3 import S3Front
 from dockyard.clock import ManualClock, make_clock
-from dockyard.compute.backends.local import LocalBackend
-from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.backends import registry as backends
+from dockyard.compute.backends.protocol import fleet_discovery
 from dockyard.compute.backends.wakes import Listener
-from dockyard.compute.sandbox import bwrap as sandbox
 from dockyard.compute.wire import wake
 from dockyard.config import Settings, plan_settings
 from dockyard.control.clusters import ClustersReconciler
@@ -41,6 +42,7 @@ from dockyard.services.buckets import BucketStore
 from dockyard.services.capacity import CalendarCache
 from dockyard.store import migrate
 from dockyard.store.db import Database
+from dockyard.web.console import Console
 
 log = logging.getLogger("dockyard")
 
@@ -95,10 +97,8 @@ def report_sandbox(settings: Settings) -> None:
             "jobs run UNCONFINED (--unsafe-no-sandbox): a job's code can read this "
             "server's files and keys and reach its port; see docs/security.md"
         )
-        return
-    why = sandbox.unavailable()
-    if why is not None:
-        log.warning("jobs will fail to start: %s", sandbox.unavailable_message(why))
+    for problem in backends.problems(settings):
+        log.warning("jobs will fail to start: %s", problem)
 
 
 def open_database(settings: Settings) -> Database:
@@ -107,6 +107,10 @@ def open_database(settings: Settings) -> Database:
     db = Database(settings.resolved_database_url)
     migrate.upgrade(db)
     return db
+
+
+def _console_routes(state: ServerState, dispatcher: Dispatcher) -> list[BaseRoute]:
+    return Console(state, dispatcher).routes()
 
 
 def build(settings: Settings) -> Server:
@@ -123,23 +127,17 @@ def build(settings: Settings) -> Server:
         with db.session() as session:
             clock_state.save(session, clock.now())
     plans = plan_settings(settings)
-    backend: Backend
-    if settings.backend == "ray":
-        from dockyard.compute.backends.ray_cluster import RayBackend  # Ray's import is slow
-
-        backend = RayBackend(settings.ray_address, settings.data_dir)
+    backend = backends.create(settings, list(plans.fleet))
+    discovery = fleet_discovery(backend)
+    if discovery is not None:
         kinds = instance_types.catalogue(settings.extra.get("instance_types"))
-        discovered = backend.discover({name: kind.gpus for name, kind in kinds.items()})
+        discovered = discovery.discover({name: kind.gpus for name, kind in kinds.items()})
         if discovered:
             declared = settings.extra.get("fleet") or []
             plans = replace(plans, fleet=fleet_rules.merged(declared, discovered))
-            log.info("fleet from the Ray nodes: %s", discovered)
+            log.info("fleet from the backend's machines: %s", discovered)
     with db.session() as session:
         fleet.sync_fleet(session, plans.fleet, clock.now())
-    if settings.backend != "ray":
-        backend = LocalBackend(
-            settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(plans.fleet))
-        )
     box = SecretBox.for_data_dir(settings.data_dir)
     # The calendar in memory, shared by searches and on-demand placement.
     calendars = CalendarCache()
@@ -190,7 +188,9 @@ def build(settings: Settings) -> Server:
         state.s3 = S3Front(state, state.s3_store, gateway.socket)
     return Server(
         state=state,
-        app=create_app(state),
+        app=create_app(
+            state, console=lambda state, dispatcher: Console(state, dispatcher).routes()
+        ),
         development=development,
         http_protocol=connections.http_protocol(connections.ConnectionLimits.of(settings)),
         gateway=gateway,

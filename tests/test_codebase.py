@@ -85,3 +85,51 @@ def test_what_a_start_imports_is_compiled_ahead() -> None:
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("0 "), f"run `make test` (it compiles): {out.stdout}"
+
+
+def test_no_two_files_import_each_other() -> None:
+    """Issue 26: the import graph of dockyard/ has no cycle between files (lazy imports
+    inside functions included), so every module can be read - and loaded - on its own."""
+    import grimp
+
+    graph = grimp.build_graph("dockyard")
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    assert cycles == []

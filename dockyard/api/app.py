@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import Gauge
@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route, Router, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
@@ -31,7 +31,6 @@ from dockyard.api.operator import (
 )
 from dockyard.api.s3 import is_s3
 from dockyard.clock import monotonic
-from dockyard.web.console import Console
 
 # A read-only request runs on the event loop (api/dispatch.py) only if its body is this
 # small: decoding and validating 4 MB of JSON there would hold every other request.
@@ -57,7 +56,14 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def create_app(state: ServerState) -> Starlette:
+# The console's routes, given the server's state and the API's dispatcher (through which
+# it runs the API's operations): the server mounts the web layer above this one.
+ConsoleRoutes = Callable[[ServerState, Dispatcher], list[BaseRoute]]
+
+
+def create_app(state: ServerState, console: ConsoleRoutes | None = None) -> Starlette:
+    """The server's one ASGI app: the API, S3, the operator's and nodes' endpoints and,
+    with `console`, the web console at /console."""
     dispatcher = Dispatcher(state)
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dockyard-api")
     metrics = ApiMetrics(
@@ -185,7 +191,7 @@ def create_app(state: ServerState) -> Starlette:
             if close is not None:
                 await close()
 
-    console_routes = Router(routes=Console(state, dispatcher).routes())
+    console_routes = Router(routes=console(state, dispatcher) if console is not None else [])
 
     async def console_or_s3(scope: Scope, receive: Receive, send: Send) -> None:
         # /console/... is the console, unless it is S3's (a bucket named "console").

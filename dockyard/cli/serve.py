@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from dockyard.cli.common import DEFAULT_ENDPOINT, console, fail
-from dockyard.config import ConfigError, load_settings, trusted_proxies
+from dockyard.config import ConfigError, Settings, load_settings, trusted_proxies
 
 
 def serve(
@@ -127,6 +127,9 @@ def serve(
             body_budget_mib=body_budget_mib,
             sandbox="none" if unsafe_no_sandbox else None,
         )
+        from dockyard.compute.backends import registry
+
+        registry.check(settings)
     except ConfigError as exc:
         raise fail(str(exc)) from exc
     logging.basicConfig(
@@ -140,7 +143,7 @@ def serve(
     endpoint = f"http://{settings.host}:{settings.port}"
     console.print(f"[bold]dockyard[/bold] listening on {endpoint} ({settings.clock} clock)")
     console.print(f"database: {_redact(settings.resolved_database_url)}")
-    console.print(_sandbox_line(settings.sandbox))
+    console.print(_sandbox_line(settings))
     console.print(
         f"development account {dev.account_id}: credentials in {dev.credentials_file}"
         + (" (new)" if dev.created else "")
@@ -200,14 +203,14 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _sandbox_line(mode: str) -> str:
-    from dockyard.compute.sandbox import bwrap as sandbox
+def _sandbox_line(settings: Settings) -> str:
+    from dockyard.compute.backends import registry
 
-    if mode == "none":
+    if settings.sandbox == "none":
         return (
             "[bold red]jobs run unconfined[/bold red] (--unsafe-no-sandbox): see docs/security.md"
         )
-    why = sandbox.unavailable()
-    if why is None:
+    problems = registry.problems(settings)
+    if not problems:
         return "jobs run sandboxed (bubblewrap; docs/security.md)"
-    return f"[bold red]jobs cannot start[/bold red]: {sandbox.unavailable_message(why)}"
+    return f"[bold red]jobs cannot start[/bold red]: {'; '.join(problems)}"

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.compute.wire.state import InstanceState
 from dockyard.config import Settings
 from dockyard.control.jobs.specs import HostSpecs
@@ -51,7 +52,7 @@ class Work:
 
     instance_id: str
     key: str  # the backend's name for the node's instance
-    spec: dict[str, Any] | None  # what it runs; None for a node that is to go
+    spec: JobSpec | None  # what it runs; None for a node that is to go
     handle: str | None = None
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.clock import monotonic
-from dockyard.compute.backends.protocol import Backend
+from dockyard.compute.backends.protocol import Backend, NodeAccess, node_access
 from dockyard.compute.wire.exec import MAX_STDIN_BYTES, MAX_TIMEOUT_SECONDS, ExecRequest
 from dockyard.domain.clusters import NodeStatus
 from dockyard.services import clusters
@@ -127,15 +127,23 @@ def locate(
     return NodeTarget(cluster.arn, cluster.name, node.instance_id, backend.handle(key, node_id))
 
 
+def _access(backend: Backend) -> NodeAccess:
+    """The backend's way onto its nodes; a backend without one reaches none."""
+    access = node_access(backend)
+    if access is None:
+        raise ConflictException("This server's backend cannot run commands on a node")
+    return access
+
+
 def open_shell(backend: Backend, target: NodeTarget) -> socket.socket:
-    """A new interactive shell session on the node (its agent's `agent.shell` frames)."""
+    """A new interactive shell session on the node (`wire.shell`'s frames)."""
     if backend.poll(target.handle).get("phase") != "running" or not backend.alive(target.handle):
         raise ConflictException(
             f"Node {target.instance_id} of cluster {target.cluster_name} is not up; "
             "shells run only on a Running node"
         )
     try:
-        return backend.shell_connect(target.handle)
+        return _access(backend).shell_connect(target.handle)
     except OSError as exc:
         raise ConflictException(
             f"Node {target.instance_id} of cluster {target.cluster_name} does not answer: "
@@ -150,7 +158,7 @@ def start(backend: Backend, target: NodeTarget, request: ExecRequest) -> str:
             f"Node {target.instance_id} of cluster {target.cluster_name} is not up; "
             "commands run only on a Running node"
         )
-    return backend.exec_start(target.handle, request)
+    return _access(backend).exec_start(target.handle, request)
 
 
 def outcome(
@@ -159,7 +167,7 @@ def outcome(
     """The command's exit code and output once it ended, None while it runs (ask again
     later: each look is short, so the caller waits between looks without holding a
     thread). A node that stopped, or no answer by `deadline` (monotonic), cancels it."""
-    result = backend.exec_result(target.handle, exec_id)
+    result = _access(backend).exec_result(target.handle, exec_id)
     if result is not None:
         return {
             "ExitCode": result["exit_code"],
@@ -167,10 +175,10 @@ def outcome(
             "OutputTruncated": result["truncated"],
         }
     if not backend.alive(target.handle):
-        backend.exec_cancel(target.handle, exec_id)
+        _access(backend).exec_cancel(target.handle, exec_id)
         raise ConflictException(f"Node {target.instance_id} stopped before the command finished")
     if monotonic() > deadline:
-        backend.exec_cancel(target.handle, exec_id)
+        _access(backend).exec_cancel(target.handle, exec_id)
         raise ExecTimeout(
             f"Node {target.instance_id} did not answer within "
             f"{request.timeout + GRACE_SECONDS:g} seconds"
@@ -180,4 +188,4 @@ def outcome(
 
 def cancel(backend: Backend, target: NodeTarget, exec_id: str) -> None:
     """Stop a command nobody waits for any more."""
-    backend.exec_cancel(target.handle, exec_id)
+    _access(backend).exec_cancel(target.handle, exec_id)

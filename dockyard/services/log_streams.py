@@ -1,5 +1,6 @@
 """The log groups and streams dockyard answers, found through the backend that ran the
-instances (`compute.backend`: which of a job's instances have a log, and each log).
+instances (`compute.backends.protocol.InstanceRecords`: which of a job's instances have
+a log, and each log).
 
 `/aws/sagemaker/TrainingJobs`: one stream per instance of a job, `<job>/algo-N-<epoch>`
 (epoch: the job's CreationTime in whole seconds). `/aws/sagemaker/Clusters/<name>/<id>`:
@@ -18,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select
 
 from dockyard.clock import utc
-from dockyard.compute.backends.protocol import Backend, InstanceLog
+from dockyard.compute.backends.protocol import InstanceLog, InstanceRecords
 from dockyard.domain.jobs import instance_key
 from dockyard.services.errors import ServiceError
 from dockyard.store.tables import Cluster, TrainingJob
@@ -58,8 +59,8 @@ class Stream:
     job_created_ms: int
     key: str  # the backend's name for the instances (with `host`: the instance)
 
-    def open(self, backend: Backend) -> InstanceLog:
-        return backend.open_log(self.key, self.host)
+    def open(self, records: InstanceRecords) -> InstanceLog:
+        return records.open_log(self.key, self.host)
 
 
 def _epoch_seconds(moment: datetime) -> int:
@@ -67,7 +68,12 @@ def _epoch_seconds(moment: datetime) -> int:
 
 
 def _streams_of(
-    backend: Backend, account_id: str, region: str, name: str, uid: str | None, created: datetime
+    records: InstanceRecords,
+    account_id: str,
+    region: str,
+    name: str,
+    uid: str | None,
+    created: datetime,
 ) -> list[Stream]:
     epoch = _epoch_seconds(created)
     key = instance_key(account_id, region, name, uid)
@@ -79,12 +85,16 @@ def _streams_of(
             job_created_ms=int(utc(created).timestamp() * 1000),
             key=key,
         )
-        for host in backend.logged_hosts(key)
+        for host in records.logged_hosts(key)
     ]
 
 
 def _job_streams(
-    connection: Connection, backend: Backend, account_id: str, region: str, prefix: str = ""
+    connection: Connection,
+    records: InstanceRecords,
+    account_id: str,
+    region: str,
+    prefix: str = "",
 ) -> list[Stream]:
     scope = {"account_id": account_id, "region": region}
     job_name, slash, _ = prefix.partition("/")
@@ -97,7 +107,7 @@ def _job_streams(
         for row in rows
         if row.name.startswith(job_name)
         for stream in _streams_of(
-            backend, account_id, region, row.name, row.uid, row.creation_time
+            records, account_id, region, row.name, row.uid, row.creation_time
         )
         if stream.name.startswith(prefix)
     ]
@@ -106,7 +116,7 @@ def _job_streams(
 
 
 def _find_job_stream(
-    connection: Connection, backend: Backend, account_id: str, region: str, name: str
+    connection: Connection, records: InstanceRecords, account_id: str, region: str, name: str
 ) -> Stream:
     job_name, _, suffix = name.partition("/")
     parts = _STREAM_SUFFIX.fullmatch(suffix)
@@ -117,7 +127,7 @@ def _find_job_stream(
     ).first()
     if row is None:
         raise ResourceNotFoundException(STREAM_NOT_FOUND)
-    for stream in _streams_of(backend, account_id, region, row.name, row.uid, row.creation_time):
+    for stream in _streams_of(records, account_id, region, row.name, row.uid, row.creation_time):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)
@@ -175,17 +185,17 @@ def check_group(
 
 
 def _cluster_streams(
-    backend: Backend, account_id: str, region: str, group: Group, prefix: str = ""
+    records: InstanceRecords, account_id: str, region: str, group: Group, prefix: str = ""
 ) -> list[Stream]:
     """A cluster's streams, one per node that has run (`LifecycleConfig/<instance group>/
     <instance id>`, as HyperPod names them): found through the backend, so a node that
     is gone keeps its log until the cluster is deleted."""
     streams = []
-    for key, host in backend.logged_instances(
+    for key, host in records.logged_instances(
         f"{account_id}-{region}-cluster-{group.cluster_id}-"
     ):
-        spec = backend.launched_spec(key, host) or {}
-        instance_group = (spec.get("node") or {}).get("group")
+        spec = records.launched_spec(key, host)
+        instance_group = (spec.node or {}).get("group") if spec is not None else None
         if not isinstance(instance_group, str):
             continue
         name = f"LifecycleConfig/{instance_group}/{host}"
@@ -197,23 +207,28 @@ def _cluster_streams(
 
 def streams(
     connection: Connection,
-    backend: Backend,
+    records: InstanceRecords,
     account_id: str,
     region: str,
     group: Group,
     prefix: str = "",
 ) -> list[Stream]:
     if group.cluster_id is not None:
-        return _cluster_streams(backend, account_id, region, group, prefix)
-    return _job_streams(connection, backend, account_id, region, prefix)
+        return _cluster_streams(records, account_id, region, group, prefix)
+    return _job_streams(connection, records, account_id, region, prefix)
 
 
 def find_stream(
-    connection: Connection, backend: Backend, account_id: str, region: str, group: Group, name: str
+    connection: Connection,
+    records: InstanceRecords,
+    account_id: str,
+    region: str,
+    group: Group,
+    name: str,
 ) -> Stream:
     if group.cluster_id is None:
-        return _find_job_stream(connection, backend, account_id, region, name)
-    for stream in _cluster_streams(backend, account_id, region, group, name):
+        return _find_job_stream(connection, records, account_id, region, name)
+    for stream in _cluster_streams(records, account_id, region, group, name):
         if stream.name == name:
             return stream
     raise ResourceNotFoundException(STREAM_NOT_FOUND)

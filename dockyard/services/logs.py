@@ -32,14 +32,13 @@ import json
 import re
 import shlex
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from dockyard.compute.backends.protocol import Backend, InstanceLog
-from dockyard.compute.wire.log_format import LogReader
+from dockyard.compute.backends.protocol import InstanceLog, InstanceRecords
 from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services import log_streams
@@ -171,23 +170,11 @@ class Filter:
 
     required: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
-    # The required terms as the agent stores them: made once, not for each line (a
-    # pattern may hold hundreds of terms, a call read hundreds of thousands of lines).
-    encoded: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        encoded = tuple(json.dumps(term)[1:-1].encode() for term in self.required)
-        object.__setattr__(self, "encoded", encoded)
 
     def __call__(self, message: str) -> bool:
         return all(term in message for term in self.required) and not any(
             term in message for term in self.excluded
         )
-
-    def may_match(self, line: bytes) -> bool:
-        """A quick test of a stored line before it is decoded: a message holding a term
-        holds it as the agent encoded it (JSON escaping maps characters one by one)."""
-        return all(term in line for term in self.encoded)
 
     @property
     def cost(self) -> int:
@@ -229,9 +216,9 @@ def compile_filter(pattern: str | None) -> Filter:
 
 
 def _stream_info(
-    backend: Backend, stream: Stream, account_id: str, region: str, group: Group
+    records: InstanceRecords, stream: Stream, account_id: str, region: str, group: Group
 ) -> dict[str, Any]:
-    with stream.open(backend) as log:
+    with stream.open(records) as log:
         count = len(log)
         first = log.timestamp(0) if count else None
         last = log.timestamp(count - 1) if count else None
@@ -250,7 +237,7 @@ def _stream_info(
 
 def describe_log_streams(
     connection: Connection,
-    backend: Backend,
+    records: InstanceRecords,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -265,14 +252,14 @@ def describe_log_streams(
     limit = int(params.get("limit") or DEFAULT_STREAMS_LIMIT)
     offset = _decode_offset(params)
     descending = bool(params.get("descending", False))
-    streams = log_streams.streams(connection, backend, account_id, region, group, prefix)
+    streams = log_streams.streams(connection, records, account_id, region, group, prefix)
     if order == "LogStreamName":
         if descending:
             streams.reverse()
         chosen = streams[offset : offset + limit]
-        infos = [_stream_info(backend, stream, account_id, region, group) for stream in chosen]
+        infos = [_stream_info(records, stream, account_id, region, group) for stream in chosen]
     else:
-        every = [_stream_info(backend, stream, account_id, region, group) for stream in streams]
+        every = [_stream_info(records, stream, account_id, region, group) for stream in streams]
         every.sort(
             key=lambda info: (info["lastEventTimestamp"] or 0, info["logStreamName"]),
             reverse=descending,
@@ -291,7 +278,7 @@ def _event(timestamp: int, message: str) -> dict[str, Any]:
 
 def get_log_events(
     connection: Connection,
-    backend: Backend,
+    records: InstanceRecords,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -304,10 +291,10 @@ def get_log_events(
     """
     group = log_streams.check_group(params, account_id, region, connection)
     stream = log_streams.find_stream(
-        connection, backend, account_id, region, group, params["logStreamName"]
+        connection, records, account_id, region, group, params["logStreamName"]
     )
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
-    with stream.open(backend) as log:
+    with stream.open(records) as log:
         lo, hi = _span(log, params)
         token = params.get("nextToken")
         if token:
@@ -339,22 +326,27 @@ def _event_id(stream: Stream, position: int, timestamp: int) -> str:
 
 
 def _candidates(
-    log: InstanceLog, stream: Stream, params: Mapping[str, Any], after: tuple[int, str, int] | None
-) -> Iterator[tuple[int, str, int, bytes]]:
-    """(timestamp, stream, position, raw line) of a stream's events in the time range,
-    after the key a previous page ended at."""
+    log: InstanceLog,
+    stream: Stream,
+    params: Mapping[str, Any],
+    after: tuple[int, str, int] | None,
+    terms: tuple[str, ...],
+) -> Iterator[tuple[int, str, int, int, str | None]]:
+    """(timestamp, stream, position, size, message) of a stream's events in the time
+    range, after the key a previous page ended at; the message only where it may hold
+    every term (`InstanceLog.search`)."""
     lo, hi = _span(log, params)
     if after is not None:
         lo = max(lo, log.first_at(after[0]))
-    for timestamp, position, line in log.lines(lo, hi):
+    for timestamp, position, size, message in log.search(lo, hi, terms):
         key = (timestamp, stream.name, position)
         if after is None or key > after:
-            yield (*key, line)
+            yield (*key, size, message)
 
 
 def filter_log_events(
     connection: Connection,
-    backend: Backend,
+    records: InstanceRecords,
     account_id: str,
     region: str,
     params: Mapping[str, Any],
@@ -372,11 +364,11 @@ def filter_log_events(
         )
     if names:
         streams = [
-            log_streams.find_stream(connection, backend, account_id, region, group, name)
+            log_streams.find_stream(connection, records, account_id, region, group, name)
             for name in dict.fromkeys(names)
         ]
     else:
-        streams = log_streams.streams(connection, backend, account_id, region, group, prefix or "")
+        streams = log_streams.streams(connection, records, account_id, region, group, prefix or "")
     matches = compile_filter(params.get("filterPattern"))
     limit = int(params.get("limit") or DEFAULT_EVENTS_LIMIT)
     after = _decode_key(params)
@@ -384,32 +376,29 @@ def filter_log_events(
     found: list[dict[str, Any]] = []
     more = False
     with contextlib.ExitStack() as stack:
-        logs = [stack.enter_context(stream.open(backend)) for stream in streams]
+        logs = [stack.enter_context(stream.open(records)) for stream in streams]
         merged = heapq.merge(
             *(
-                _candidates(log, stream, params, after)
+                _candidates(log, stream, params, after, matches.required)
                 for log, stream in zip(logs, streams, strict=True)
             )
         )
         searched = size = 0
-        for timestamp, name, position, line in merged:
+        for timestamp, name, position, line_size, message in merged:
             if len(found) >= limit or size >= MAX_PAGE_BYTES or searched >= SCAN_BYTES:
                 more = True  # an event is left: the next page starts from it
                 break
             after = (timestamp, name, position)
-            searched += (len(line) + 1) * matches.cost
-            if not matches.may_match(line):
-                continue
-            event = LogReader.event(timestamp, line)
-            if matches(event.message):
+            searched += (line_size + 1) * matches.cost
+            if message is not None and matches(message):
                 found.append(
                     {
                         "logStreamName": name,
-                        **_event(timestamp, event.message),
+                        **_event(timestamp, message),
                         "eventId": _event_id(by_name[name], position, timestamp),
                     }
                 )
-                size += len(line)
+                size += line_size
     return {
         "events": found,
         "searchedLogStreams": [
@@ -424,7 +413,7 @@ def filter_log_events(
 
 def job_metrics(
     connection: Connection | Session,
-    backend: Backend,
+    records: InstanceRecords,
     account_id: str,
     region: str,
     job_name: str,
@@ -434,4 +423,4 @@ def job_metrics(
         log_streams.RUNTIME, {"account_id": account_id, "region": region, "name": job_name}
     ).first()
     key = instance_key(account_id, region, job_name, row.uid if row else None)
-    return [backend.metrics(key, host) for host in backend.logged_hosts(key)]
+    return [records.metrics(key, host) for host in records.logged_hosts(key)]

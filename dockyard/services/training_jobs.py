@@ -117,7 +117,7 @@ def describe_training_job(
                 for metric in job.final_metrics.get("items", [])
             ]
         elif backend is not None:
-            instances = logs.job_metrics(connection, backend, account_id, region, job.name)
+            instances = logs.job_metrics(connection, backend.records, account_id, region, job.name)
             final_metrics = metrics.final_metrics_of(definitions, instances)
     training_seconds = None
     if job.training_start_time and job.training_end_time:

@@ -532,4 +532,5 @@ def test_stop_before_the_job_starts(instance: Instance) -> None:
 def test_a_command_that_cannot_run_fails_the_job(instance: Instance) -> None:
     state = instance.run(entrypoint=["/nonexistent/trainer"])
     assert state["phase"] == "failed"
-    assert state["failure_reason"].startswith("ClientError: cannot run /nonexistent/trainer")
+    # Written in the job's sandbox (by its interpreter): the job's words, an algorithm's.
+    assert state["failure_reason"].startswith("AlgorithmError: cannot run /nonexistent/trainer")

@@ -9,6 +9,7 @@ from pathlib import Path
 from dockyard.compute.backends.instance_files import InstanceFiles
 from dockyard.compute.wire.layout import Layout
 from dockyard.compute.wire.log_format import LogWriter
+from dockyard.compute.wire.spec import JobSpec
 
 
 def write_events(root: Path, messages: list[str]) -> None:
@@ -39,7 +40,7 @@ def test_increments_add_up_to_the_nodes_log_and_repeat_harmlessly(tmp_path: Path
     ship()  # nothing new
     with server.open_log("job-key", "algo-1") as log:
         assert [e.message for e in log.read(0, len(log))] == ["one", "two", "three"]
-    assert server.launched_spec("job-key", "algo-1") == {"job_name": "j", "attempt": 1}
+    assert server.launched_spec("job-key", "algo-1") == JobSpec(job_name="j", attempt=1)
     assert server.state("job-key", "algo-1") is None  # a running instance's is not shipped
     assert server.logged_hosts("job-key") == ["algo-1"]
 

@@ -14,13 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dockyard.compute.backends import forks
 from dockyard.compute.backends.local import LocalBackend, end_agents
 from dockyard.compute.sandbox.bwrap import unavailable
+from dockyard.compute.wire.spec import JobSpec
 from tests.compute.test_agent import wait_for
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason="needs the job sandbox")
@@ -36,22 +36,20 @@ class Data:
         self.s3 = tmp_path / "s3"
         (self.s3 / "bkt").mkdir(parents=True)
 
-    def spec(self, name: str, entrypoint: list[str]) -> dict[str, Any]:
-        return {
-            "job_name": name,
-            "host": "algo-1",
-            "hosts": ["algo-1"],
-            "resource_config": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
-            "entrypoint": entrypoint,
-            "python": sys.executable,
-            "output_path": "s3://bkt/out",
-            "max_runtime_seconds": 300,
-            "stop_grace_seconds": 1,
-            "s3": {"root": str(self.s3)},
-            "network_isolation": True,
-            "account_id": "111111111111",
-            "sandbox": {"limits": {"memory_bytes": 2 * 1024**3, "pids": 512}},
-        }
+    def spec(self, name: str, entrypoint: list[str]) -> JobSpec:
+        return JobSpec(
+            job_name=name,
+            resource_config={"InstanceType": "ml.m5.large", "InstanceCount": 1},
+            entrypoint=entrypoint,
+            python=sys.executable,
+            output_path="s3://bkt/out",
+            max_runtime_seconds=300,
+            stop_grace_seconds=1,
+            s3={"root": str(self.s3)},
+            network_isolation=True,
+            account_id="111111111111",
+            sandbox={"limits": {"memory_bytes": 2 * 1024**3, "pids": 512}},
+        )
 
 
 @pytest.fixture
@@ -128,8 +126,7 @@ def test_a_forked_agent_starts_as_a_new_one_would(data: Data) -> None:
     # interpreter, as the backend started them before it had a fork server.
     root = data.dir / "instances" / "by-hand" / "algo-1"
     root.mkdir(parents=True)
-    spec = backend._with_uid(data.spec("by-hand", SLEEPER))
-    (root / "job.json").write_text(json.dumps(spec))
+    backend._job_file(root / "job.json", data.spec("by-hand", SLEEPER))
     by_hand = subprocess.Popen(
         [sys.executable, "-m", "dockyard.compute.agent", str(root)],
         stdin=subprocess.DEVNULL,

@@ -4,7 +4,6 @@ tests/e2e/test_sandbox.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -292,10 +291,11 @@ def test_each_account_has_a_sandbox_user_of_its_own(tmp_path: Path) -> None:
     first, second = backend.sandbox_uid("111111111111"), backend.sandbox_uid("222222222222")
     assert first >= SANDBOX_UID_BASE and first != second
     assert LocalBackend(tmp_path).sandbox_uid("111111111111") == first  # kept
-    spec = backend._with_uid({"account_id": "222222222222", "sandbox": {"mode": "bwrap"}})
-    assert spec["sandbox"]["uid"] == second
-    assert "uid" not in backend._with_uid({"sandbox": {"mode": "none"}})["sandbox"]
-    assert json.loads(json.dumps(spec)) == spec
+    job = JobSpec(job_name="j", account_id="222222222222", sandbox={"mode": "bwrap"})
+    backend._job_file(tmp_path / "job.json", job)
+    assert JobSpec.from_json((tmp_path / "job.json").read_text()).sandbox["uid"] == second
+    backend._job_file(tmp_path / "job.json", JobSpec(job_name="j", sandbox={"mode": "none"}))
+    assert "uid" not in JobSpec.from_json((tmp_path / "job.json").read_text()).sandbox
 
 
 def test_limits_come_from_the_spec() -> None:

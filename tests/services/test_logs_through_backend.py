@@ -1,17 +1,19 @@
 """Logs and metrics reach the API through the backend that ran the instances
-(`compute.backend`), not through any backend's files: a second backend - here one that
+(`compute.backends.protocol.InstanceRecords`), not through any backend's files: a
+second backend - here one that
 keeps its instances' reports in memory, as a remote one would hand them over - serves
 GetLogEvents, DescribeLogStreams, FilterLogEvents, final metrics and a cluster's
 lifecycle logs alone."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dockyard.compute.wire.log_format import Event
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.domain.jobs import instance_key
 from dockyard.domain.metrics import Latest
 from dockyard.services import logs, training_jobs
@@ -44,10 +46,10 @@ class MemoryLog:
     def read(self, start: int, stop: int) -> list[Event]:
         return [Event(t, m) for t, m in self.events[start:stop]]
 
-    def lines(self, start: int, stop: int) -> Any:
+    def search(self, start: int, stop: int, terms: Sequence[str] = ()) -> Any:
         for position in range(start, stop):
             t, m = self.events[position]
-            yield t, position, json.dumps({"t": t, "m": m}).encode()
+            yield t, position, len(m.encode()), m if all(term in m for term in terms) else None
 
     def close(self) -> None:
         self.closed = True
@@ -62,13 +64,18 @@ class MemoryLog:
 
 
 class MemoryBackend:
-    """Just the reporting half of a Backend: instances' logs, metrics and specs."""
+    """Just the reporting half of a Backend (`records`): instances' logs, metrics and
+    specs, in memory - no encoding of the agent's."""
 
     def __init__(self) -> None:
         self.logs: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self.latest: dict[tuple[str, str], Latest] = {}
-        self.specs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.specs: dict[tuple[str, str], JobSpec] = {}
         self.opened: list[MemoryLog] = []
+
+    @property
+    def records(self) -> MemoryBackend:
+        return self
 
     def logged_hosts(self, job_key: str) -> list[str]:
         return sorted(h for k, h in self.logs if k == job_key)
@@ -84,7 +91,7 @@ class MemoryBackend:
     def metrics(self, job_key: str, host: str) -> Latest:
         return self.latest.get((job_key, host), {})
 
-    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
+    def launched_spec(self, job_key: str, host: str) -> JobSpec | None:
         return self.specs.get((job_key, host))
 
 

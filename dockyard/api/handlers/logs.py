@@ -15,20 +15,24 @@ from dockyard.services import log_streams, logs
 def describe_log_streams(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
         return logs.describe_log_streams(
-            connection, ctx.backend, ctx.account_id, ctx.region, params
+            connection, ctx.backend.records, ctx.account_id, ctx.region, params
         )
 
 
 def get_log_events(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
-        return logs.get_log_events(connection, ctx.backend, ctx.account_id, ctx.region, params)
+        return logs.get_log_events(
+            connection, ctx.backend.records, ctx.account_id, ctx.region, params
+        )
 
 
 def filter_log_events(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
     with ctx.db.read() as connection:
         if ctx.policy is not None and not params.get("logStreamNames"):
             _authorise_every_stream(ctx, connection, params)
-        return logs.filter_log_events(connection, ctx.backend, ctx.account_id, ctx.region, params)
+        return logs.filter_log_events(
+            connection, ctx.backend.records, ctx.account_id, ctx.region, params
+        )
 
 
 def _authorise_every_stream(
@@ -42,7 +46,7 @@ def _authorise_every_stream(
     assert group_arn is not None
     prefix = params.get("logStreamNamePrefix") or ""
     streams = log_streams.streams(
-        connection, ctx.backend, ctx.account_id, ctx.region, group, prefix
+        connection, ctx.backend.records, ctx.account_id, ctx.region, group, prefix
     )
     if streams:
         authorise(

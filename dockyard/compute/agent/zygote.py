@@ -54,7 +54,7 @@ if _job["exec"]:
     except OSError as _exc:
         try:
             with open(_job["failure_file"], "w") as _f:
-                _f.write(f"ClientError: cannot run {_job['argv'][0]}: {_exc.strerror}")
+                _f.write(f"cannot run {_job['argv'][0]}: {_exc.strerror}")
         except OSError:
             pass
         os._exit(127)

@@ -21,6 +21,7 @@ from typing import Any
 
 from dockyard.compute.wire.layout import Layout
 from dockyard.compute.wire.log_format import RECORD, LogReader, index_path, read_metrics
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.domain.metrics import Latest
 
 _HOST = re.compile(r"algo-[1-9][0-9]*")
@@ -80,12 +81,11 @@ class InstanceFiles:
     def metrics(self, job_key: str, host: str) -> Latest:
         return read_metrics(Layout(self._root(job_key, host)).metrics_file)
 
-    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
+    def launched_spec(self, job_key: str, host: str) -> JobSpec | None:
         try:
-            spec = json.loads(Layout(self._root(job_key, host)).job_file.read_text())
-        except (OSError, ValueError):
+            return JobSpec.from_json(Layout(self._root(job_key, host)).job_file.read_bytes())
+        except (OSError, ValueError, TypeError):
             return None
-        return spec if isinstance(spec, dict) else None
 
     # -- shipping an ended instance's files --------------------------------------------
 

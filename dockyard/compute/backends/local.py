@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ from dockyard.clock import monotonic
 from dockyard.compute.backends.forks import AgentForks, ForkServerError
 from dockyard.compute.backends.gpus import GpuShares
 from dockyard.compute.backends.instance_files import InstanceFiles
+from dockyard.compute.backends.protocol import InstanceRecords
 from dockyard.compute.sandbox import uids as sandbox_uids
+from dockyard.compute.sandbox.bwrap import unavailable as sandbox_unavailable
+from dockyard.compute.sandbox.bwrap import unavailable_message as sandbox_unavailable_message
 from dockyard.compute.sandbox.limits import remove_for
 from dockyard.compute.sandbox.network import sweep as sweep_networks
 from dockyard.compute.wire import exec as exec_wire
@@ -37,7 +41,10 @@ from dockyard.compute.wire import shell as shell_wire
 from dockyard.compute.wire.forks import MODULE as AGENT_MODULE
 from dockyard.compute.wire.layout import Layout
 from dockyard.compute.wire.private_files import write_private
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.compute.wire.state import LAUNCHING, InstanceState
+from dockyard.config import Settings
+from dockyard.domain import fleet as fleet_rules
 
 log = logging.getLogger(__name__)
 
@@ -164,23 +171,28 @@ class LocalBackend(InstanceFiles):
         account = account_id or "-"
         return sandbox_uids.registry().uid(self.uids.parent.parent, account, self.uids / account)
 
-    def _with_uid(self, spec: dict[str, Any], gpus: tuple[int, ...] = ()) -> dict[str, Any]:
-        """The spec as the agent gets it: with its account's sandbox user, and the GPUs
-        of this host it runs on."""
-        sandbox = dict(spec.get("sandbox") or {})
+    def _job_file(self, path: Path, spec: JobSpec, gpus: tuple[int, ...] = ()) -> None:
+        """Write the spec as the agent gets it (`job.json`, root's and private: it may
+        hold S3 credentials): with its account's sandbox user, and the GPUs of this
+        host it runs on."""
+        sandbox = dict(spec.sandbox)
         if sandbox.get("mode", "bwrap") != "none":
-            sandbox["uid"] = self.sandbox_uid(str(spec.get("account_id", "")))
-        return {**spec, "sandbox": sandbox, "gpus": list(gpus)}
+            sandbox["uid"] = self.sandbox_uid(spec.account_id)
+        write_private(path, replace(spec, sandbox=sandbox, gpus=list(gpus)).to_json())
 
     def handle(self, job_key: str, host: str) -> str:
         return str(self._root(job_key, host))
 
-    def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    @property
+    def records(self) -> InstanceRecords:
+        return self  # its instances' own files
+
+    def launch(self, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         handles = []
-        for spec in host_specs:
-            root = self._root(job_key, spec["host"])
+        for spec in specs:
+            root = self._root(job_key, spec.host)
             handles.append(str(root))
-            attempt = int(spec.get("attempt", 1))
+            attempt = spec.attempt
             if attempt > self._attempt(root):
                 self._retire(root)  # a resumed job: fresh instances, same log stream
             elif (root / "agent.pid").exists() or self._started(str(root)):
@@ -189,8 +201,8 @@ class LocalBackend(InstanceFiles):
             (root / "attempt").write_text(str(attempt))
             # (self.alive is passed per call: held by GpuShares it would keep this
             # backend, and its fork server, alive after the server let go of it.)
-            gpus = self.gpus.take(str(spec.get("pool") or ""), str(root), self.alive)
-            write_private(root / "job.json", json.dumps(self._with_uid(spec, gpus), indent=2))
+            gpus = self.gpus.take(spec.pool, str(root), self.alive)
+            self._job_file(root / "job.json", spec, gpus)
             pid = self._start_agent(root)
             # Written here as well as by the agent (which starts later): a server
             # sharing the data dir that steps the job next must find it launched.
@@ -235,7 +247,7 @@ class LocalBackend(InstanceFiles):
             child.poll()  # reap it: it has exited (the job was stopped first)
         self._forked.pop(str(root), None)
 
-    def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    def assign(self, home_key: str, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         """Hand a job to a warm pool's running agents; answer the job's handles.
 
         The job gets its own directory per host (its job.json, state, logs); the
@@ -243,15 +255,15 @@ class LocalBackend(InstanceFiles):
         repeat: a host that has the job already is only woken again.
         """
         handles = []
-        for spec in host_specs:
-            home = self._root(home_key, spec["host"])
-            run = self._root(job_key, spec["host"])
+        for spec in specs:
+            home = self._root(home_key, spec.host)
+            run = self._root(job_key, spec.host)
             handles.append(str(run))
             run.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not (run / "job.json").exists():
                 # The pool's instance keeps the GPUs it started with.
-                gpus = self.gpus.held_by(str(spec.get("pool") or ""), str(home))
-                write_private(run / "job.json", json.dumps(self._with_uid(spec, gpus), indent=2))
+                gpus = self.gpus.held_by(spec.pool, str(home))
+                self._job_file(run / "job.json", spec, gpus)
             if not (run / "agent.pid").exists():
                 # The same process: alive() and "never launch twice" read this file.
                 shutil.copyfile(home / "agent.pid", run / "agent.pid")
@@ -344,3 +356,19 @@ class LocalBackend(InstanceFiles):
 
     def shell_connect(self, handle: str) -> socket.socket:
         return shell_wire.connect(Path(handle))
+
+
+# -- the registry's entry (`registry`) --------------------------------------------------
+
+
+def create(settings: Settings, fleet: list[dict[str, Any]]) -> LocalBackend:
+    """This host's backend, with the GPUs the fleet's groups list."""
+    return LocalBackend(settings.data_dir, fleet_rules.gpu_shares(fleet_rules.expand(fleet)))
+
+
+def problems(settings: Settings) -> list[str]:
+    """The job sandbox's tools this host lacks (jobs fail to start without them)."""
+    if settings.sandbox == "none":
+        return []
+    why = sandbox_unavailable()
+    return [] if why is None else [sandbox_unavailable_message(why)]

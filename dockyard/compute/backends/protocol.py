@@ -1,33 +1,41 @@
-"""The backend protocol: what the control plane asks of the machines that run jobs.
+"""The backend seam: what the control plane asks of the machines that run instances.
 
-Every call returns quickly and is safe to repeat; work that takes time (staging data,
-training, uploading) happens in the instances themselves, and `poll` reports where
-they are. A handle is the backend's name for one instance of one job.
+`Backend` is the lifecycle only - ten members a new backend must have. Every call
+returns quickly and is safe to repeat; work that takes time (staging data, training,
+uploading) happens in the instances themselves, and `poll` reports where they are. A
+handle is the backend's name for one instance of one job; a job key names a job's (or a
+cluster node's) instances.
 
-What an instance reports reaches the rest of dockyard through this seam only, in one
-shape whichever backend ran it: its state (`poll`: an `InstanceState`), its log
-(`open_log`: an `InstanceLog`, events in order with their times), its metrics
-(`metrics`: the latest value of each of its MetricDefinitions), and what it was told
-to run (`launched_spec`). Nobody else reads a backend's files.
+What instances report besides their state - logs, metrics, the spec they were launched
+with - is read through the backend's `records` (`InstanceRecords`), in one shape
+whichever backend ran them. Nobody else reads a backend's files.
+
+What only some backends can do is a capability they declare by having it: `NodeAccess`
+(commands and shells on a running cluster node) and `FleetDiscovery` (the fleet from
+what the machines say they are). `node_access`/`fleet_discovery` answer a backend's, or
+None.
+
+Everything here is typed with the wire's values (`compute.wire`): nothing of the agent
+or the sandbox is imported, so the control plane above never loads them.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from dockyard.compute.wire.exec import ExecRequest
 from dockyard.compute.wire.log_format import Event
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.compute.wire.state import InstanceState
 from dockyard.domain.metrics import Latest
 
 
 class InstanceLog(Protocol):
-    """One instance's log as its agent wrote it (see `wire.log_format.LogReader`): a snapshot
-    of its events, addressed by position, each with its time (epoch ms). A log that
-    does not exist has no events."""
+    """One instance's log: a snapshot of its events, addressed by position, each with its
+    time (epoch ms). A log that does not exist has no events."""
 
     def __len__(self) -> int: ...
 
@@ -45,8 +53,12 @@ class InstanceLog(Protocol):
 
     def read(self, start: int, stop: int) -> list[Event]: ...
 
-    def lines(self, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
-        """(timestamp, position, raw line) for [start, stop), a chunk at a time."""
+    def search(
+        self, start: int, stop: int, terms: Sequence[str] = ()
+    ) -> Iterator[tuple[int, int, int, str | None]]:
+        """(timestamp, position, size in bytes, message) of each event in [start, stop),
+        a chunk at a time; the message is None where it cannot hold every one of `terms`
+        (told without decoding it: a search costs what it reads, not what it decodes)."""
         ...
 
     def close(self) -> None: ...
@@ -58,12 +70,38 @@ class InstanceLog(Protocol):
     ) -> None: ...
 
 
-class Backend(Protocol):
-    def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
-        """Start one instance per host spec (idempotent per job_key); answer their handles."""
+class InstanceRecords(Protocol):
+    """What instances reported, by job key and host, running or ended."""
+
+    def logged_hosts(self, job_key: str) -> list[str]:
+        """The hosts of `job_key`'s instances that have a log, algo-1 first."""
         ...
 
-    def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
+        """(job key, host) of every instance with a log whose job key starts with the
+        prefix (a cluster's nodes: keys `<account>-<region>-cluster-<id>-<node>`)."""
+        ...
+
+    def open_log(self, job_key: str, host: str) -> InstanceLog:
+        """The instance's log (none of its events if it has none); close it after."""
+        ...
+
+    def metrics(self, job_key: str, host: str) -> Latest:
+        """The instance's latest metric values, as its agent scraped them."""
+        ...
+
+    def launched_spec(self, job_key: str, host: str) -> JobSpec | None:
+        """What the instance was launched to run, None if unknown."""
+        ...
+
+
+class Backend(Protocol):
+    def launch(self, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
+        """Start one instance per spec (idempotent per job key and host, and per
+        `attempt`: a later attempt gets fresh instances); answer their handles."""
+        ...
+
+    def assign(self, home_key: str, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         """Run a job on a warm pool's instances (those launched for `home_key`)."""
         ...
 
@@ -83,29 +121,12 @@ class Backend(Protocol):
         """The instance's state as its agent reported it, or LAUNCHING."""
         ...
 
-    def logged_hosts(self, job_key: str) -> list[str]:
-        """The hosts of `job_key`'s instances that have a log, algo-1 first."""
-        ...
-
-    def logged_instances(self, key_prefix: str) -> list[tuple[str, str]]:
-        """(job key, host) of every instance with a log whose job key starts with the
-        prefix (a cluster's nodes: keys `<account>-<region>-cluster-<id>-<node>`)."""
-        ...
-
-    def open_log(self, job_key: str, host: str) -> InstanceLog:
-        """The instance's log (none of its events if it has none); close it after."""
-        ...
-
-    def metrics(self, job_key: str, host: str) -> Latest:
-        """The instance's latest metric values, as its agent scraped them."""
-        ...
-
-    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
-        """What the instance was launched to run (its host spec), None if unknown."""
-        ...
-
     def stop(self, handle: str) -> None:
         """Ask the instance to stop its job (SIGTERM, grace, SIGKILL)."""
+        ...
+
+    def alive(self, handle: str) -> bool:
+        """Whether the instance's agent is still running."""
         ...
 
     def purge(self, job_key: str) -> bool:
@@ -114,9 +135,15 @@ class Backend(Protocol):
         once nothing of it is left. Safe to repeat."""
         ...
 
-    def alive(self, handle: str) -> bool:
-        """Whether the instance's agent is still running."""
+    @property
+    def records(self) -> InstanceRecords:
+        """What the backend's instances reported (logs, metrics, specs)."""
         ...
+
+
+@runtime_checkable
+class NodeAccess(Protocol):
+    """Commands and shells on a running cluster node (what SSM is to a HyperPod node)."""
 
     def exec_start(self, handle: str, request: ExecRequest) -> str:
         """Hand a command to a running cluster node; answer its id for `exec_result`."""
@@ -133,5 +160,23 @@ class Backend(Protocol):
 
     def shell_connect(self, handle: str) -> socket.socket:
         """A new interactive shell session on a running cluster node: a connected
-        socket speaking `agent.shell`'s frames. OSError if the node does not answer."""
+        socket speaking `wire.shell`'s frames. OSError if the node does not answer."""
         ...
+
+
+@runtime_checkable
+class FleetDiscovery(Protocol):
+    """A backend whose machines say what they are: the fleet groups they make up."""
+
+    def discover(self, gpus_of: Mapping[str, int]) -> list[dict[str, Any]]:
+        """Fleet groups (`domain.fleet`'s config shape) from the machines, given each
+        instance type's GPU count."""
+        ...
+
+
+def node_access(backend: object) -> NodeAccess | None:
+    return backend if isinstance(backend, NodeAccess) else None
+
+
+def fleet_discovery(backend: object) -> FleetDiscovery | None:
+    return backend if isinstance(backend, FleetDiscovery) else None

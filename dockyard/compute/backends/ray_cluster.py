@@ -32,17 +32,20 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dockyard.clock import monotonic
 from dockyard.compute.backends.instance_files import InstanceFiles
-from dockyard.compute.backends.protocol import InstanceLog
+from dockyard.compute.backends.protocol import InstanceLog, InstanceRecords
 from dockyard.compute.backends.ray_host import CALL_SECONDS, ActorLog, host_class, namespace
 from dockyard.compute.wire.exec import ExecRequest
 from dockyard.compute.wire.private_files import write_private
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.compute.wire.state import LAUNCHING, InstanceState
+from dockyard.config import ConfigError, Settings
 from dockyard.domain import fleet as fleet_rules
 from dockyard.domain.metrics import Latest
 
@@ -114,8 +117,8 @@ class RayBackend:
         }
         return groups
 
-    def _bundle(self, spec: Mapping[str, Any]) -> tuple[dict[str, float], int]:
-        resources, gpus = self._offered.get(str(spec.get("pool") or ""), ({}, 0))
+    def _bundle(self, spec: JobSpec) -> tuple[dict[str, float], int]:
+        resources, gpus = self._offered.get(spec.pool, ({}, 0))
         bundle = {"CPU": 0.01, **resources}
         if gpus:
             bundle["GPU"] = float(gpus)
@@ -159,11 +162,15 @@ class RayBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
-        with self._lock:
-            return self._launch(job_key, host_specs)
+    @property
+    def records(self) -> InstanceRecords:
+        return self  # its actors' reports, and the shipped files of those that ended
 
-    def _launch(self, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    def launch(self, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
+        with self._lock:
+            return self._launch(job_key, specs)
+
+    def _launch(self, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         """Start each host's actor in the job's placement group; safe to repeat. An
         instance whose actor is gone after its attempt was placed is lost, never
         started again: the control plane sees it not alive."""
@@ -175,15 +182,11 @@ class RayBackend:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         new = []
-        for spec in host_specs:
-            actor_name = f"{job_key}/{spec['host']}"
+        for spec in specs:
+            actor_name = f"{job_key}/{spec.host}"
             actor = self._actor(actor_name)
             launched = self._launched_attempt(actor, job_key, spec) if actor else None
-            if (
-                actor is not None
-                and launched is not None
-                and launched < int(spec.get("attempt", 1))
-            ):
+            if actor is not None and launched is not None and launched < spec.attempt:
                 # A plan job resumed in a later block: fresh instances, placed anew (on
                 # whichever node offers the block's capacity now).
                 self._retire(actor, actor_name, launched)
@@ -191,13 +194,13 @@ class RayBackend:
             if actor is not None:
                 self._call(actor, "launch", job_key, [spec])  # launched already: a no-op
                 continue
-            if not (self._placed / f"{job_key}.{spec.get('attempt', 1)}").exists():
+            if not (self._placed / f"{job_key}.{spec.attempt}").exists():
                 new.append(spec)  # never placed: start it
         if new:
-            attempt = new[0].get("attempt", 1)
+            attempt = new[0].attempt
             # Earlier attempts are over: their placement groups (one Ray may have moved
             # off a dead node) must not hold the capacity this one needs.
-            for earlier in range(1, int(attempt)):
+            for earlier in range(1, attempt):
                 try:
                     remove_placement_group(get_placement_group(f"pg:{job_key}:{earlier}"))
                 except ValueError:
@@ -218,7 +221,7 @@ class RayBackend:
             (self._placed / f"{job_key}.{attempt}").touch()
             actors = [
                 self._host.options(
-                    name=f"{job_key}/{spec['host']}",
+                    name=f"{job_key}/{spec.host}",
                     lifetime="detached",
                     num_gpus=bundles[index][1],
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -232,21 +235,21 @@ class RayBackend:
                 if attempt > 1:
                     # The stream goes on where the last attempt's node left it; its
                     # end state is history, not this attempt's.
-                    self._shipped.set_state_aside(job_key, spec["host"])
-                    shipped = self._shipped.pack(job_key, spec["host"])
+                    self._shipped.set_state_aside(job_key, spec.host)
+                    shipped = self._shipped.pack(job_key, spec.host)
                     logs = {k: v for k, v in shipped.items() if k.startswith("logs/")}
-                    self._call(actor, "unpack", job_key, spec["host"], logs)
-                self._call(actor, "launch", job_key, [{**spec, "overlay": overlay}])
-        return [self.handle(job_key, spec["host"]) for spec in host_specs]
+                    self._call(actor, "unpack", job_key, spec.host, logs)
+                self._call(actor, "launch", job_key, [replace(spec, overlay=overlay)])
+        return [self.handle(job_key, spec.host) for spec in specs]
 
-    def _launched_attempt(self, actor: Any, job_key: str, spec: Mapping[str, Any]) -> int | None:
+    def _launched_attempt(self, actor: Any, job_key: str, spec: JobSpec) -> int | None:
         """The attempt the actor's instance runs; None if it does not answer (lost with
         its node: not replaced here)."""
         try:
-            launched = self._call(actor, "launched_spec", job_key, spec["host"])
+            launched = self._call(actor, "launched_spec", job_key, spec.host)
         except self._ray.exceptions.RayError:
             return None
-        return int((launched or {}).get("attempt", 1))
+        return launched.attempt if isinstance(launched, JobSpec) else 1
 
     def _retire(self, actor: Any, name: str, attempt: int) -> None:
         """End an instance's actor before its job's next attempt: its files are kept
@@ -270,34 +273,33 @@ class RayBackend:
                 raise RuntimeError(f"Ray did not end the actor {name}")
             time.sleep(0.05)
 
-    def _overlay(self, specs: list[dict[str, Any]], actors: list[Any]) -> dict[str, Any] | None:
+    def _overlay(self, specs: list[JobSpec], actors: list[Any]) -> dict[str, Any] | None:
         """The job network of a job whose hosts are on several nodes (`agent.overlay`):
         a secret of the job's and each host's node address and UDP port."""
-        if len(specs[0].get("hosts") or ()) < 2:
+        if len(specs[0].hosts) < 2:
             return None
         endpoints = self.get([actor.endpoint.remote() for actor in actors])
         return {
             "key": secrets.token_hex(16),
             "peers": {
-                spec["host"]: list(endpoint)
-                for spec, endpoint in zip(specs, endpoints, strict=True)
+                spec.host: list(endpoint) for spec, endpoint in zip(specs, endpoints, strict=True)
             },
         }
 
-    def assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    def assign(self, home_key: str, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         with self._lock:  # the sweep rewrites the aliases too
-            return self._assign(home_key, job_key, host_specs)
+            return self._assign(home_key, job_key, specs)
 
-    def _assign(self, home_key: str, job_key: str, host_specs: list[dict[str, Any]]) -> list[str]:
+    def _assign(self, home_key: str, job_key: str, specs: Sequence[JobSpec]) -> list[str]:
         handles = []
-        for spec in host_specs:
-            home = self._actor_name(home_key, spec["host"])
+        for spec in specs:
+            home = self._actor_name(home_key, spec.host)
             actor = self._actor(home)
             if actor is None:
                 raise RuntimeError(f"the warm pool's instance {home} is gone")
             self._call(actor, "assign", home_key, job_key, [spec])
-            self._alias(f"{job_key}/{spec['host']}", home)
-            handles.append(self.handle(job_key, spec["host"]))
+            self._alias(f"{job_key}/{spec.host}", home)
+            handles.append(self.handle(job_key, spec.host))
         return handles
 
     def release(self, home_key: str, hosts: list[str]) -> bool:
@@ -492,7 +494,7 @@ class RayBackend:
             return {}
         return {str(k): (float(v[0]), int(v[1])) for k, v in dict(found).items()}
 
-    def launched_spec(self, job_key: str, host: str) -> dict[str, Any] | None:
+    def launched_spec(self, job_key: str, host: str) -> JobSpec | None:
         actor = self._reporter(job_key, host)
         if actor is None:
             return self._shipped.launched_spec(job_key, host)
@@ -500,7 +502,7 @@ class RayBackend:
             spec = self._call(actor, "launched_spec", job_key, host)
         except self._ray.exceptions.RayError:
             return None
-        return spec if isinstance(spec, dict) else None
+        return spec if isinstance(spec, JobSpec) else None
 
     # -- commands on cluster nodes ----------------------------------------------------
 
@@ -540,3 +542,23 @@ class RayBackend:
         sock.settimeout(None)
         sock.sendall(token)
         return sock
+
+
+# -- the registry's entry (`registry`) --------------------------------------------------
+
+
+def check(settings: Settings) -> None:
+    if not settings.ray_address:
+        raise ConfigError("the ray backend needs the cluster's address: --ray-address HOST:PORT")
+
+
+def create(settings: Settings, fleet: list[dict[str, Any]]) -> RayBackend:
+    """The Ray cluster's backend; its fleet is what its nodes offer (`discover`)."""
+    return RayBackend(settings.ray_address, settings.data_dir)
+
+
+def problems(settings: Settings) -> list[str]:
+    # The nodes run the instances in sandboxes of their own; this host is checked as one.
+    from dockyard.compute.backends import local
+
+    return local.problems(settings)

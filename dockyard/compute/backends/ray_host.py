@@ -12,12 +12,13 @@ import logging
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dockyard.compute.wire.log_format import Event
+from dockyard.compute.wire.spec import JobSpec
 
 # How long one call to an actor may take before the instance counts as unreachable.
 CALL_SECONDS = 30.0
@@ -56,9 +57,9 @@ def host_class() -> Any:
         def call(self, method: str, *args: Any) -> Any:
             if method == "launch":
                 self._take_gpus(args[1])
-                self.instances.update((args[0], spec["host"]) for spec in args[1])
+                self.instances.update((args[0], spec.host) for spec in args[1])
             elif method == "assign":
-                self.instances.update((args[1], spec["host"]) for spec in args[2])
+                self.instances.update((args[1], spec.host) for spec in args[2])
             return getattr(self.backend, method)(*args)
 
         def finished(self) -> bool:
@@ -81,7 +82,7 @@ def host_class() -> Any:
             """What its instances leave behind (logs, metrics, spec, state), to keep."""
             return [(key, host, self.backend.pack(key, host)) for key, host in self.instances]
 
-        def _take_gpus(self, specs: list[dict[str, Any]]) -> None:
+        def _take_gpus(self, specs: list[JobSpec]) -> None:
             """The GPUs Ray gave this actor (its `num_gpus`) are its instance's share:
             the LocalBackend hands them out as it does a fleet group's `gpus`."""
             ids = tuple(int(i) for i in ray.get_gpu_ids() if str(i).isdigit())
@@ -90,7 +91,7 @@ def host_class() -> Any:
             actor = ray.get_runtime_context().get_actor_id()
             self.backend.gpus = GpuShares(
                 self.node_data_dir / "gpus" / "ray" / str(actor),
-                {str(spec.get("pool") or ""): [ids] for spec in specs},
+                {spec.pool: [ids] for spec in specs},
             )
 
         def log(self, job_key: str, host: str, operation: str, *args: Any) -> Any:
@@ -99,8 +100,8 @@ def host_class() -> Any:
                     return len(reader)
                 if operation == "read":
                     return [(e.timestamp, e.message) for e in reader.read(*args)]
-                if operation == "lines":
-                    return list(reader.lines(*args))
+                if operation == "search":
+                    return list(reader.search(*args))
                 if operation == "fit":
                     start, stop, budget, from_end = args
                     return reader.fit(start, stop, budget, from_end=from_end)
@@ -209,8 +210,10 @@ class ActorLog:
     def read(self, start: int, stop: int) -> list[Event]:
         return [Event(t, m) for t, m in self._call("read", start, stop)]
 
-    def lines(self, start: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
-        yield from (tuple(item) for item in self._call("lines", start, stop))  # type: ignore[misc]
+    def search(
+        self, start: int, stop: int, terms: Sequence[str] = ()
+    ) -> Iterator[tuple[int, int, int, str | None]]:
+        yield from (tuple(item) for item in self._call("search", start, stop, tuple(terms)))  # type: ignore[misc]
 
     def close(self) -> None:
         pass

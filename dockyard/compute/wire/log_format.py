@@ -21,7 +21,7 @@ import bisect
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -74,6 +74,13 @@ def _complete_lines(data: bytes, base: int, floor: int) -> tuple[list[int], list
         times.append(floor)
         start = newline + 1
     return ends, times
+
+
+def encode_term(term: str) -> bytes:
+    """A piece of text as it appears inside a stored line: a message that holds the term
+    holds these bytes (JSON's escaping maps characters one by one), so a line without
+    them need not be decoded to be passed over."""
+    return json.dumps(term)[1:-1].encode()
 
 
 class LogWriter:
@@ -226,13 +233,21 @@ class LogReader:
         """Events [start, stop), in one read of the lines file."""
         return [self.event(timestamp, line) for timestamp, _, line in self._chunk(start, stop)]
 
-    def lines(
-        self, start: int, stop: int, chunk: int = 1 << 20
-    ) -> Iterator[tuple[int, int, bytes]]:
-        """(timestamp, position, raw line) for [start, stop), `chunk` bytes at a time."""
+    def search(
+        self, start: int, stop: int, terms: Sequence[str] = (), chunk: int = 1 << 20
+    ) -> Iterator[tuple[int, int, int, str | None]]:
+        """(timestamp, position, size, message) for [start, stop), `chunk` bytes at a
+        time; the message only where the stored line holds every term (`InstanceLog`)."""
+        encoded = tuple(encode_term(term) for term in terms)
         while start < stop:
             upto = self.fit(start, stop, chunk)
-            yield from self._chunk(start, upto)
+            for timestamp, position, line in self._chunk(start, upto):
+                message = (
+                    self.event(timestamp, line).message
+                    if all(term in line for term in encoded)
+                    else None
+                )
+                yield timestamp, position, len(line), message
             start = upto
 
     def _chunk(self, start: int, stop: int) -> list[tuple[int, int, bytes]]:

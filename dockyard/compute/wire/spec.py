@@ -67,6 +67,11 @@ class JobSpec:
     # group's OnCreate script; once that succeeded the node stays up ("running") until
     # it is stopped, and nothing is uploaded.
     node: dict[str, Any] | None = None
+    # Where the control plane placed it: the capacity pool (the backend gives the
+    # instance that pool's GPUs, and places it on a machine that offers the pool) and
+    # its availability zone.
+    pool: str = ""
+    availability_zone: str = ""
     # On a backend whose hosts are on different machines (Ray): the job network
     # (`agent.overlay`) - {"key": hex secret, "peers": {host: [node address, UDP port]}}.
     # The instance gets a network namespace of its own, joined to its peers' by it.

@@ -69,7 +69,9 @@ class Ending:
         if definitions:
             # Written by each agent before it reports its end; kept so a Describe reads
             # only the database.
-            scraped = logs.job_metrics(session, self.backend, job.account_id, job.region, job.name)
+            scraped = logs.job_metrics(
+                session, self.backend.records, job.account_id, job.region, job.name
+            )
             job.final_metrics = {
                 "items": [
                     {**metric, "Timestamp": metric["Timestamp"].isoformat()}

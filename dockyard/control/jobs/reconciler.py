@@ -242,10 +242,11 @@ class JobsReconciler:
         """Launch (or hand a warm pool) the job's instances, once; read where they are."""
         key = instance_key(job)
         home = str(runtime.get("home") or key)
+        launched = self.specs.launchable(specs)
         if home == key:
-            handles = self.backend.launch(key, specs)
+            handles = self.backend.launch(key, launched)
         else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
-            handles = self.backend.assign(home, key, specs)
+            handles = self.backend.assign(home, key, launched)
         states, alive = self._look(handles)
         if job.stop_requested or runtime.get("interrupting"):
             for handle in handles:

@@ -12,6 +12,7 @@ from typing import Any
 
 from dockyard.compute.wire import wake
 from dockyard.compute.wire.bucket_marks import owners_dir
+from dockyard.compute.wire.spec import JobSpec
 from dockyard.config import Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
@@ -57,11 +58,11 @@ class HostSpecs:
         self.instance_types = instance_types.catalogue(settings.extra.get("instance_types"))
         self.sandbox_mode = settings.sandbox
         # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
+        # No stored spec holds the service's secret (`launchable` adds it).
         self.s3: dict[str, Any] = (
             {
                 "endpoint_url": settings.s3_endpoint_url,
                 "access_key_id": settings.s3_access_key_id,
-                "secret_access_key": settings.s3_secret_access_key,
                 "region": settings.s3_region,
             }
             if settings.s3_endpoint_url
@@ -76,6 +77,19 @@ class HostSpecs:
         # a tenant's to hold).
         self.nodes_reach_s3 = not settings.s3_endpoint_url
         self.server = (_connect_host(settings.host), settings.port)
+        self._s3_secret = settings.s3_secret_access_key if settings.s3_endpoint_url else ""
+
+    def launchable(self, stored: list[dict[str, Any]]) -> list[JobSpec]:
+        """A job's stored specs (`for_job`'s, kept with the job) as its instances get
+        them: with the S3 service's secret, which is the server's configuration's and
+        never kept in the database."""
+        s3 = self._launched_s3()
+        return [JobSpec.from_dict({**spec, "s3": s3}) for spec in stored]
+
+    def _launched_s3(self) -> dict[str, Any]:
+        if not self._s3_secret:
+            return self.s3
+        return {**self.s3, "secret_access_key": self._s3_secret}
 
     def _sandbox(self, instance_type: str) -> dict[str, Any]:
         kind = instance_types.describe(instance_type, self.instance_types)
@@ -94,7 +108,7 @@ class HostSpecs:
         group: dict[str, Any],
         node: ClusterNode,
         credentials: Credentials | None = None,
-    ) -> dict[str, Any]:
+    ) -> JobSpec:
         """What a cluster's node runs (`job.json`): its group's lifecycle scripts staged
         as a channel, and its OnCreate script run from there; then it stays up. With
         `credentials` (the node's own key) its programs reach S3 through its agent."""
@@ -108,11 +122,11 @@ class HostSpecs:
                 "secret_access_key": credentials.secret_access_key,
                 "region": cluster.region,
             }
-        return {
-            "job_name": cluster.name,
-            "host": node.instance_id,
-            "hosts": [node.instance_id],
-            "input_data_config": [
+        return JobSpec(
+            job_name=cluster.name,
+            host=node.instance_id,
+            hosts=[node.instance_id],
+            input_data_config=[
                 {
                     "ChannelName": LIFE_CYCLE_CHANNEL,
                     "DataSource": {
@@ -124,34 +138,36 @@ class HostSpecs:
                     },
                 }
             ],
-            "resource_config": {
+            resource_config={
                 "InstanceType": node.instance_type,
                 "InstanceCount": 1,
                 "VolumeSizeInGB": 30,
             },
             # The script's name is an argument, never part of the shell's text.
-            "entrypoint": [
+            entrypoint=[
                 "/bin/sh",
                 "-c",
                 f'cd /opt/ml/input/data/{LIFE_CYCLE_CHANNEL} && exec /bin/sh "./$0"',
                 life_cycle["OnCreate"],
             ],
-            "python": sys.executable,
-            "max_runtime_seconds": ON_CREATE_SECONDS,
-            "stop_grace_seconds": STOP_GRACE_SECONDS,
-            "s3": self.s3,
-            "uv_cache_dir": str(self.data_dir / "uv-cache" / cluster.account_id),
-            "job_arn": cluster.arn,
-            "account_id": cluster.account_id,
-            "sandbox": self._sandbox(node.instance_type),
-            "availability_zone": node.availability_zone,
-            "pool": node.pool_key,
-            "wake_socket": str(wake.directory(self.data_dir)),
-            "node": reach,
-        }
+            python=sys.executable,
+            max_runtime_seconds=ON_CREATE_SECONDS,
+            stop_grace_seconds=STOP_GRACE_SECONDS,
+            # Made for each launch, never stored: the service's secret may be in it.
+            s3=self._launched_s3(),
+            uv_cache_dir=str(self.data_dir / "uv-cache" / cluster.account_id),
+            job_arn=cluster.arn,
+            account_id=cluster.account_id,
+            sandbox=self._sandbox(node.instance_type),
+            availability_zone=node.availability_zone,
+            pool=node.pool_key,
+            wake_socket=str(wake.directory(self.data_dir)),
+            node=reach,
+        )
 
     def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
-        """One spec per host of the job: what its agent runs, as `job.json`."""
+        """One spec per host of the job: what its agent runs (`JobSpec`'s keys), as the
+        job keeps it - without the S3 service's secret (`launchable`)."""
         placement = Placement.of_job(runtime)
         assert placement is not None  # specs are made for placed jobs only
         spec = job.spec
