@@ -11,6 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from dockyard.config import load_settings, plan_settings
+from dockyard.domain.job_runtime import JobRuntime, Outcome
+from dockyard.domain.placement import Placement
 from dockyard.services import accounts, capacity, fleet, job_requests, warm_pools
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -62,13 +64,13 @@ def test_concurrent_claimers_of_one_pool(db: Database) -> None:
         first = session.scalar(select(TrainingJob).where(TrainingJob.name == "first"))
         assert first is not None
         # As if the first job ran on two instances of pool_key and completed.
-        first.runtime = {"placement": {"pool": pool_key, "az": "x"}, "home": "first-home"}
+        first.runtime = JobRuntime().placed(Placement(pool_key, "x"), home="first-home")
         first.status = "Completed"
         pool = warm_pools.settle(
             session,
             first,
             NOW,
-            outcome="completed",
+            outcome=Outcome.COMPLETED,
             failure_reason=None,
             launched=True,
             plans=settings,

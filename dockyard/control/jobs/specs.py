@@ -15,7 +15,7 @@ from dockyard.config import Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain.clusters import ON_CREATE_SECONDS
-from dockyard.domain.placement import Placement
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.domain.warm_pools import keep_alive_seconds
 from dockyard.s3.bucket_marks import owners_dir
 from dockyard.services.accounts import Credentials
@@ -150,9 +150,9 @@ class HostSpecs:
             "node": reach,
         }
 
-    def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    def for_job(self, job: TrainingJob, runtime: JobRuntime) -> list[dict[str, Any]]:
         """One spec per host of the job: what its agent runs, as `job.json`."""
-        placement = Placement.of_job(runtime)
+        placement = runtime.placement
         assert placement is not None  # specs are made for placed jobs only
         spec = job.spec
         count = int(spec["ResourceConfig"]["InstanceCount"])
@@ -195,9 +195,9 @@ class HostSpecs:
                 "max_runtime_seconds": max(
                     1,
                     int(spec["StoppingCondition"]["MaxRuntimeInSeconds"])
-                    - int(runtime.get("used_seconds", 0)),
+                    - int(runtime.used_seconds),
                 ),
-                "attempt": int(runtime.get("attempt", 1)),
+                "attempt": runtime.attempt,
                 "stop_grace_seconds": STOP_GRACE_SECONDS,
                 "s3": self.s3,
                 "master_port": port,
