@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from dockyard.domain.placement import Placement
-from dockyard.domain.transitions import Transitions
+from dockyard.domain.transitions import IllegalTransition, Transitions
 
 
 class JobPhase(StrEnum):
@@ -151,7 +151,10 @@ class JobRuntime:
     def requeued(self, used_seconds: float) -> JobRuntime:
         """An interrupted plan job, its instances gone: it waits for capacity again,
         for its next try, on fresh instances."""
-        PHASE_TRANSITIONS.check(self.phase, JobPhase.QUEUED)
+        if self.phase is not JobPhase.INTERRUPTING:
+            raise IllegalTransition(
+                f"only an interrupted job is queued again, not a {self.phase} one"
+            )
         return JobRuntime(attempt=self.attempt + 1, used_seconds=used_seconds)
 
     def ending(self) -> JobRuntime:
