@@ -85,7 +85,7 @@ def _setup(root: Path, jobs: int) -> Any:
     with db.session() as session:
         session.execute(
             update(TrainingJob).values(
-                spec=spec, runtime={}, secondary_status="Starting", instance_count=100_000
+                spec=spec, runtime_json={}, secondary_status="Starting", instance_count=100_000
             )
         )
     reconciler = JobsReconciler(db, clock, LocalBackend(root / "data"), settings, plans)

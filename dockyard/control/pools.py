@@ -88,18 +88,17 @@ class PoolsReconciler:
     def _release_terminated(self) -> None:
         with self.db.read_session() as session:
             ended = session.execute(
-                select(
-                    WarmPool.id, WarmPool.home, WarmPool.instance_count, WarmPool.placement
-                ).where(WarmPool.status == WarmPoolStatus.TERMINATED.value)
+                select(WarmPool.id, WarmPool.home, WarmPool.instance_count).where(
+                    WarmPool.status == WarmPoolStatus.TERMINATED.value,
+                    WarmPool.released.is_(False),
+                )
             ).all()
         self._releasing = False
-        for pool_id, home, count, placement in ended:
-            if (placement or {}).get("released"):
-                continue
+        for pool_id, home, count in ended:
             if not self.backend.release(home, host_names(count)):
                 self._releasing = True
                 continue  # told to go; looked at again on the next pass
             with self.db.session() as session:
                 pool = session.get(WarmPool, pool_id)
                 if pool is not None:
-                    pool.placement = {**pool.placement, "released": True}
+                    pool.released = True

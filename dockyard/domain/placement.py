@@ -1,6 +1,6 @@
 """Where a job's instances are: one typed value instead of a JSON dict read by key.
 
-A job's placement is kept in `training_jobs.runtime["placement"]` and passes to the
+A job's placement is part of its `JobRuntime` (`domain.job_runtime`) and passes to the
 warm pool its instances become (`warm_pools.placement`), as JSON; every reader goes
 through `Placement.of` and every writer through `Placement.json`, so the shape has one
 home. On demand it names the capacity pool and AZ; on a training plan also the block
@@ -54,8 +54,3 @@ class Placement:
             work_ends=datetime.fromisoformat(str(ends)) if ends else None,
             instances=tuple(str(i) for i in data.get("instances") or ()),
         )
-
-    @classmethod
-    def of_job(cls, runtime: Mapping[str, Any]) -> Placement | None:
-        """A job's placement, from its `runtime`."""
-        return cls.of(runtime.get("placement"))

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
+# Re-exported: offerings price their blocks with it (its home is billing).
+from dockyard.domain.billing import upfront_fee as upfront_fee
 from dockyard.domain.transitions import Transitions
 
 
@@ -69,9 +70,3 @@ def plan_status(blocks: Iterable[PlanStatus]) -> PlanStatus:
 def hours_minutes(duration: timedelta) -> tuple[int, int]:
     minutes = int(duration.total_seconds() // 60)
     return minutes // 60, minutes % 60
-
-
-def upfront_fee(price_per_hour: Decimal, instances: int, duration: timedelta) -> Decimal:
-    """Price table x instances x hours (to the minute), rounded to cents."""
-    hours = Decimal(int(duration.total_seconds() // 60)) / Decimal(60)
-    return (price_per_hour * instances * hours).quantize(Decimal("0.01"), ROUND_HALF_UP)

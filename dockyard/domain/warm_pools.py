@@ -139,7 +139,3 @@ def may_retain(outcome: str, failure_reason: str | None, launched: bool) -> str 
 def deadline(ended: datetime, keep_alive: int, born: datetime) -> datetime:
     """When a pool left by a job that ended at `ended` goes, at the latest (§5.1, §5.4)."""
     return min(ended + timedelta(seconds=keep_alive), born + MAX_LIFETIME)
-
-
-def retained_seconds(since: datetime, until: datetime) -> int:
-    return max(0, int((until - since).total_seconds()))

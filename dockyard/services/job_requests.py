@@ -197,7 +197,6 @@ def create(
                 }
             ]
         },
-        runtime={},
     )
     session.add(job)
     try:

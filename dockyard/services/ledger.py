@@ -1,5 +1,6 @@
 """The billing ledger: every upfront fee and billed second, per account (SPEC §6).
 
+What is charged, and how much, is decided in `domain.billing`; this records it.
 Amounts are exact decimals stored as text, so sums never drift.
 """
 
@@ -11,6 +12,7 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dockyard.domain.billing import Charge
 from dockyard.store.tables import LedgerEntry
 
 
@@ -19,7 +21,7 @@ def record(
     *,
     account_id: str,
     region: str,
-    kind: str,
+    kind: Charge,
     resource_arn: str,
     amount: Decimal,
     currency: str,
@@ -30,7 +32,7 @@ def record(
         LedgerEntry(
             account_id=account_id,
             region=region,
-            kind=kind,
+            kind=kind.value,
             resource_arn=resource_arn,
             amount=str(amount),
             currency=currency,

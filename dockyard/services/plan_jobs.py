@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dockyard.domain import plan_jobs as rules
+from dockyard.domain.job_runtime import JobPhase
 from dockyard.domain.jobs import JobStatus
 from dockyard.domain.placement import Placement
 from dockyard.domain.plan_jobs import Block
@@ -101,7 +102,7 @@ def in_use(session: Session, plan_arn: str) -> dict[str, int]:
     """Instances in use per block of a plan: placed jobs and Available warm pools."""
     used: dict[str, int] = {}
     for job in _running(session, plan_arn):
-        placed = Placement.of_job(job.runtime)
+        placed = job.runtime.placement
         block = placed.block if placed else None
         if block:
             used[block] = used.get(block, 0) + _count(job)
@@ -155,7 +156,7 @@ def place(session: Session, job: TrainingJob, now: datetime) -> Placement | str 
     if not rules.usable(target, now):
         return rules.waiting_message(target, now, 0, wanted)
     earlier_waiting = any(
-        other.id < job.id and Placement.of_job(other.runtime) is None
+        other.id < job.id and other.runtime.phase is JobPhase.QUEUED
         for other in _running(session, str(job.training_plan_arn))
     )
     free = target.instance_count - in_use(session, str(job.training_plan_arn)).get(target.id, 0)
@@ -183,7 +184,7 @@ def place(session: Session, job: TrainingJob, now: datetime) -> Placement | str 
 
 def lost_instances(session: Session, job: TrainingJob) -> set[str]:
     """Instances a running plan job was placed on that have failed since."""
-    placement = Placement.of_job(job.runtime)
+    placement = job.runtime.placement
     if placement is None or not placement.instances:
         return set()
     return ultraserver_capacity.failed(session, set(placement.instances))
@@ -191,5 +192,5 @@ def lost_instances(session: Session, job: TrainingJob) -> set[str]:
 
 def block_ending(job: TrainingJob, now: datetime) -> bool:
     """Whether a running plan job's block has reached its last 30 minutes."""
-    placement = Placement.of_job(job.runtime)
+    placement = job.runtime.placement
     return bool(placement and placement.work_ends and now >= placement.work_ends)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
-from dockyard.domain import ultraservers
+from dockyard.domain import billing, ultraservers
 from dockyard.domain.plans import (
     BLOCK_TRANSITIONS,
     PLAN_TRANSITIONS,
@@ -288,13 +288,12 @@ def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> 
         blocks = _blocks(session, [plan.id])[plan.id]
         budget = settings.budgets.get(plan.account_id, settings.default_budget)
         fee = Decimal(plan.upfront_fee)
-        spent = ledger.spent(session, plan.account_id)
-        if budget is not None and spent + fee > budget:
+        refusal = billing.payment_refusal(
+            fee, budget, ledger.spent(session, plan.account_id), plan.currency
+        )
+        if refusal is not None:
             _set_status(plan, PlanStatus.FAILED, now)
-            plan.status_message = (
-                f"Payment failed: the upfront fee of {fee} {plan.currency} exceeds the "
-                f"account's remaining budget of {max(budget - spent, Decimal(0))} {plan.currency}"
-            )
+            plan.status_message = refusal
             capacity.lock(session)
             for block in blocks:
                 block.status = BLOCK_TRANSITIONS.check(
@@ -306,7 +305,7 @@ def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> 
                 session,
                 account_id=plan.account_id,
                 region=plan.region,
-                kind="training-plan-upfront-fee",
+                kind=billing.Charge.PLAN_FEE,
                 resource_arn=plan.arn,
                 amount=fee,
                 currency=plan.currency,

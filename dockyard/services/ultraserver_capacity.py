@@ -50,7 +50,7 @@ def taken(session: Session, block_id: str, but: int | None = None) -> set[str]:
         )
     )
     for job in jobs:
-        placement = Placement.of_job(job.runtime)
+        placement = job.runtime.placement
         if job.id != but and placement is not None and placement.block == block_id:
             held.update(placement.instances)
     pools = session.scalars(
@@ -107,7 +107,7 @@ def holders(session: Session) -> dict[str, str]:
         TrainingJob.status.in_(RUNNING), TrainingJob.training_plan_arn.is_not(None)
     )
     for job in session.scalars(plan_jobs):
-        placement = Placement.of_job(job.runtime)
+        placement = job.runtime.placement
         for instance in placement.instances if placement is not None else ():
             held[instance] = f"training-job {job.arn}"
     for node in session.scalars(

@@ -10,14 +10,15 @@ reconcilers (control/), after these transactions commit.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dockyard.config import PlanSettings
+from dockyard.domain import billing
 from dockyard.domain import warm_pools as rules
+from dockyard.domain.job_runtime import Outcome
 from dockyard.domain.placement import Placement
 from dockyard.domain.quotas import QuotaKind
 from dockyard.domain.warm_pools import JOB_VIEW_TRANSITIONS, POOL_TRANSITIONS, WarmPoolStatus
@@ -83,23 +84,32 @@ def _set_view(job: TrainingJob, status: WarmPoolStatus) -> None:
 def _bill(
     session: Session, pool: WarmPool, job: TrainingJob, now: datetime, plans: PlanSettings
 ) -> None:
-    """Close the job's retained period: its seconds on the job and in the ledger (§6)."""
+    """Close the job's retained period: its seconds on the job, its charge in the ledger
+    (SPEC §6; none inside a plan's block, which the plan paid for: `domain.billing`)."""
     if pool.available_since is None:
         return
-    seconds = rules.retained_seconds(pool.available_since, now)
-    job.warm_pool_retained_seconds = seconds
-    price = plans.prices.get(pool.instance_type, Decimal(0))
-    ledger.record(
-        session,
-        account_id=pool.account_id,
-        region=pool.region,
-        kind="warm-pool-instance-seconds",
-        resource_arn=job.arn,
-        amount=(price * seconds * pool.instance_count / 3600).quantize(Decimal("0.0001")),
-        currency=plans.currency,
-        description=f"{pool.instance_count} x {seconds} s of warm pool retained after {job.name}",
-        now=now,
+    bill = billing.retained_bill(
+        on_plan=_placement(pool).on_plan,
+        count=pool.instance_count,
+        price_per_hour=billing.price(plans.prices, pool.instance_type),
+        since=pool.available_since,
+        until=now,
     )
+    job.warm_pool_retained_seconds = bill.seconds
+    if bill.amount is not None:
+        ledger.record(
+            session,
+            account_id=pool.account_id,
+            region=pool.region,
+            kind=bill.charge,
+            resource_arn=job.arn,
+            amount=bill.amount,
+            currency=plans.currency,
+            description=(
+                f"{pool.instance_count} x {bill.seconds} s of warm pool retained after {job.name}"
+            ),
+            now=now,
+        )
     pool.available_since = None
 
 
@@ -176,7 +186,7 @@ def settle(
     job: TrainingJob,
     now: datetime,
     *,
-    outcome: str,
+    outcome: Outcome,
     failure_reason: str | None,
     launched: bool,
     plans: PlanSettings,
@@ -191,7 +201,8 @@ def settle(
     if pool is None and keep == 0:
         return None
     resources = job.spec["ResourceConfig"]
-    placement = Placement.of_job(job.runtime)
+    runtime = job.runtime
+    placement = runtime.placement
     if pool is None:
         if placement is None:
             return None  # never placed: there are no instances to keep
@@ -203,13 +214,9 @@ def settle(
             instance_count=int(resources["InstanceCount"]),
             match_key=rules.match_key(job.spec),
             job_id=job.id,
-            home=str(job.runtime.get("home") or ""),
+            home=runtime.home or "",
             placement=placement.json(),
-            born_at=(
-                datetime.fromisoformat(job.runtime["placed_at"])
-                if job.runtime.get("placed_at")
-                else now
-            ),
+            born_at=runtime.placed_at or now,
         )
         session.add(pool)
         session.flush()
@@ -237,7 +244,7 @@ def _refusal(
     job: TrainingJob,
     pool: WarmPool,
     now: datetime,
-    outcome: str,
+    outcome: Outcome,
     failure_reason: str | None,
     launched: bool,
     plans: PlanSettings,
@@ -392,7 +399,7 @@ def job_view(
         return None
     seconds = retained
     if status == WarmPoolStatus.AVAILABLE.value and pool_since is not None:
-        seconds = rules.retained_seconds(pool_since, now)
+        seconds = billing.retained_seconds(pool_since, now)
     view: dict[str, Any] = {"Status": status}
     if seconds is not None:
         view["ResourceRetainedBillableTimeInSeconds"] = seconds

@@ -9,10 +9,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.engine.default import DefaultExecutionContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from dockyard.domain.job_runtime import PHASE_TRANSITIONS, JobPhase, JobRuntime
 from dockyard.store.types import UTCDateTime
 
 # Explicit constraint names keep Alembic migrations identical on SQLite and PostgreSQL.
@@ -131,8 +142,13 @@ class TrainingJob(Base):
     failure_reason: Mapped[str | None] = mapped_column(Text, default=None)
     # SecondaryStatusTransitions, oldest first, as the API shows them.
     transitions: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    # What the control plane knows of the running job: placement, instance roots.
-    runtime: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Where the jobs reconciler has the job (`JobPhase`), and the rest of what it keeps
+    # of the running job (placement, home, tries, specs): read and written only as one
+    # typed `JobRuntime`, through the `runtime` property below.
+    phase: Mapped[str] = mapped_column(
+        String(16), default=JobPhase.QUEUED.value, server_default=JobPhase.QUEUED.value
+    )
+    runtime_json: Mapped[dict[str, Any]] = mapped_column("runtime", default=dict)
     stop_requested: Mapped[bool] = mapped_column(default=False)
     billable_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
     # FinalMetricDataList, {"items": [...]} (Timestamp in ISO 8601), merged from the
@@ -148,6 +164,20 @@ class TrainingJob(Base):
     claim_owner: Mapped[str | None] = mapped_column(String(160), default=None)
     claim_token: Mapped[str | None] = mapped_column(String(32), default=None)
     claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    @property
+    def runtime(self) -> JobRuntime:
+        return JobRuntime.of(self.phase, self.runtime_json)
+
+    @runtime.setter
+    def runtime(self, value: JobRuntime) -> None:
+        """Store a new runtime; its phase must follow the job's through the table."""
+        PHASE_TRANSITIONS.check(JobPhase(self.phase or JobPhase.QUEUED), value.phase)
+        if self.phase != value.phase.value:
+            self.phase = value.phase.value
+        data = value.json()
+        if data != self.runtime_json:  # a step that changed nothing writes nothing
+            self.runtime_json = data
 
 
 class Instance(Base):
@@ -312,6 +342,9 @@ class WarmPool(Base):
     # The backend's name for the instances (the first job's instance key) and where they are.
     home: Mapped[str] = mapped_column(String(256))
     placement: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A terminated pool whose instances are gone (the backend released them): the
+    # pools reconciler asks no more.
+    released: Mapped[bool] = mapped_column(default=False, server_default=false())
     # When the instances were first launched: the 28-day cap counts from here.
     born_at: Mapped[datetime]
     available_since: Mapped[datetime | None] = mapped_column(default=None)

@@ -13,6 +13,7 @@ from dockyard.clock import ManualClock
 from dockyard.compute.backends.local import LocalBackend, end_agents
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.services import accounts, capacity, fleet
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -57,7 +58,7 @@ def test_one_pass_places_its_jobs_in_one_transaction(database_url: str, tmp_path
                 spec["ResourceConfig"]["InstanceCount"] = largest
                 if job.name == "broken":
                     del spec["StoppingCondition"]
-                job.spec, job.instance_count, job.runtime = spec, largest, {}
+                job.spec, job.instance_count, job.runtime = spec, largest, JobRuntime()
                 job.secondary_status = "Starting"
         reconciler = JobsReconciler(db, clock, LocalBackend(tmp_path / "data"), settings, plans)
         statements: list[str] = []
@@ -72,13 +73,13 @@ def test_one_pass_places_its_jobs_in_one_transaction(database_url: str, tmp_path
             jobs = {job.name: job for job in session.scalars(select(TrainingJob))}
             leases = session.scalars(select(LeaseRow)).all()
         fits = sum(1 for pool in calendar.pools() if pool.capacity == largest)
-        placed = [name for name, job in jobs.items() if job.runtime.get("placement")]
+        placed = [name for name, job in jobs.items() if job.runtime.placement]
         assert len(placed) == fits  # each pool of that size given once, never twice
         assert len(leases) == fits and len({lease.pool_key for lease in leases}) == fits
         waiting = [name for name, job in jobs.items() if job.waiting_for]
         assert len(waiting) == len(names) - 1 - fits
         # The broken job's failure undid its own work only; it is backed off.
-        assert jobs["broken"].claim_owner is None and not jobs["broken"].runtime
+        assert jobs["broken"].claim_owner is None and jobs["broken"].runtime == JobRuntime()
         assert jobs["broken"].id in reconciler.queue._backoff
         assert all(job.claim_owner is None for job in jobs.values())
     finally:

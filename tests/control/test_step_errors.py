@@ -12,6 +12,7 @@ from dockyard.clock import ManualClock
 from dockyard.compute.backends.local import LocalBackend, end_agents
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.services import accounts, fleet
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -32,7 +33,7 @@ def _reconciler(database_url: str, tmp_path: Path, spec: dict[str, Any]) -> Any:
     with db.session() as session:
         job = session.scalars(select(TrainingJob)).one()
         job.spec = spec
-        job.runtime = {}
+        job.runtime = JobRuntime()
         job.secondary_status = "Starting"
     reconciler = JobsReconciler(db, clock, LocalBackend(tmp_path / "data"), settings, plans)
     reconciler.queue.backoff_first_seconds = 0.0  # tries follow each other in this test

@@ -55,7 +55,10 @@ def test_a_job_uses_the_s3_service(tmp_path: Path, s3_service: tuple[str, Any]) 
         tar.addfile(info, io.BytesIO(code))
     s3.put_object(Bucket="data", Key="code/source.tar.gz", Body=archive.getvalue())
 
-    os.environ.update(DOCKYARD_S3_ACCESS_KEY_ID="testing", DOCKYARD_S3_SECRET_ACCESS_KEY="testing")
+    # (moto takes any secret: this one is the operator's, for the test to look for.)
+    os.environ.update(
+        DOCKYARD_S3_ACCESS_KEY_ID="testing", DOCKYARD_S3_SECRET_ACCESS_KEY="the-operators-secret"
+    )
     server = DockyardServer(tmp_path / "data")
     server.extra_args = ["--s3-endpoint-url", endpoint]
     server.start()
@@ -85,6 +88,12 @@ def test_a_job_uses_the_s3_service(tmp_path: Path, s3_service: tuple[str, Any]) 
             member = tar.extractfile("answer.txt")
             assert member is not None and member.read() == b"42"
         assert not (server.data_dir / "s3").exists()  # nothing went to local directories
+        # The job's specs are kept with it, but never the service's secret (issue 26).
+        stored = b"".join(
+            path.read_bytes() for path in server.data_dir.glob("dockyard.db*") if path.is_file()
+        )
+        assert b"the-operators-secret" not in stored
+        assert b"s3-peer" in stored  # (where the job's row is)
 
         # `dockyard jobs run` uploads its code to the same S3 service.
         code_dir = tmp_path / "cli-code"

@@ -11,6 +11,7 @@ from dockyard.clock import ManualClock
 from dockyard.compute.backends.local import LocalBackend
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.services import accounts, capacity, fleet
 from dockyard.store import migrate
 from dockyard.store.db import Database
@@ -45,7 +46,7 @@ def test_a_pass_skips_queued_jobs_until_their_capacity_changes(
                     "ResourceConfig": {**job.spec["ResourceConfig"], "InstanceCount": count},
                 }
                 job.instance_count = count
-                job.runtime = {}
+                job.runtime = JobRuntime()
                 job.secondary_status = "Starting"
         reconciler = JobsReconciler(db, clock, LocalBackend(tmp_path / "data"), settings, plans)
         reconciler()

@@ -5,16 +5,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from dockyard.config import load_settings, plan_settings
+from dockyard.domain.job_runtime import JobRuntime, Outcome
+from dockyard.domain.placement import Placement
 from dockyard.services import accounts, capacity, fleet, job_requests, warm_pools
 from dockyard.store import migrate
 from dockyard.store.db import Database
-from dockyard.store.tables import CapacityPool, LeaseRow, TrainingJob, WarmPool
+from dockyard.store.tables import CapacityPool, LeaseRow, LedgerEntry, TrainingJob, WarmPool
 
 NOW = datetime(2026, 6, 1, 6, 0, tzinfo=UTC)
 CLAIMERS = 8
@@ -62,13 +65,13 @@ def test_concurrent_claimers_of_one_pool(db: Database) -> None:
         first = session.scalar(select(TrainingJob).where(TrainingJob.name == "first"))
         assert first is not None
         # As if the first job ran on two instances of pool_key and completed.
-        first.runtime = {"placement": {"pool": pool_key, "az": "x"}, "home": "first-home"}
+        first.runtime = JobRuntime().placed(Placement(pool_key, "x"), home="first-home")
         first.status = "Completed"
         pool = warm_pools.settle(
             session,
             first,
             NOW,
-            outcome="completed",
+            outcome=Outcome.COMPLETED,
             failure_reason=None,
             launched=True,
             plans=settings,
@@ -107,3 +110,44 @@ def test_concurrent_claimers_of_one_pool(db: Database) -> None:
         assert [(lease.kind, lease.holder, lease.count) for lease in leases] == [
             ("training-job", winner.arn, 2)
         ]
+
+
+@pytest.mark.parametrize("on_plan", [False, True])
+def test_retained_time_is_charged_except_inside_a_plans_block(db: Database, on_plan: bool) -> None:
+    """A pool kept in a plan's block counts its retained seconds but charges none: the
+    plan's upfront fee paid for the capacity (domain.billing's plan rule)."""
+    settings = dataclasses.replace(plan_settings(load_settings(None)), warm_pool_instance_quota=4)
+    with db.session() as session:
+        fleet.sync_fleet(session, settings.fleet, NOW)
+        account = accounts.create_account(session, NOW, "retained").id
+        pool_key = session.scalar(
+            select(CapacityPool.key).where(CapacityPool.instance_type == "ml.m5.xlarge")
+        )
+        assert pool_key is not None
+        job_requests.create(session, NOW, account, "us-east-1", request("kept"), settings)
+    with db.session() as session:
+        job = session.scalars(select(TrainingJob)).one()
+        block = {"block": "rc-1", "work_ends": NOW + timedelta(hours=2)} if on_plan else {}
+        job.runtime = job.runtime.placed(Placement(pool_key, "x", **block), home="kept-home")
+        pool = warm_pools.settle(
+            session,
+            job,
+            NOW,
+            outcome=Outcome.COMPLETED,
+            failure_reason=None,
+            launched=True,
+            plans=settings,
+        )
+        assert pool is not None and pool.status == "Available"
+        warm_pools.terminate(session, pool, NOW + timedelta(seconds=90), "done", settings)
+    with db.read_session() as session:
+        job = session.scalars(select(TrainingJob)).one()
+        entries = session.scalars(select(LedgerEntry)).all()
+        assert job.warm_pool_retained_seconds == 90
+        if on_plan:
+            assert entries == []
+        else:
+            assert [(e.kind, e.resource_arn) for e in entries] == [
+                ("warm-pool-instance-seconds", job.arn)
+            ]
+            assert Decimal(entries[0].amount) > 0

@@ -15,6 +15,7 @@ from dockyard.control.jobs.running import Finish
 from dockyard.control.jobs.specs import instance_key
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
+from dockyard.domain.job_runtime import JobEnd, StopReason
 from dockyard.domain.jobs import Secondary
 from dockyard.domain.placement import Placement
 from dockyard.services import capacity, plan_jobs, warm_pools
@@ -40,13 +41,13 @@ class Placer:
         now = self.clock.now()
         capacity.lock(session)  # one placer at a time: every check sees every booking
         # A resumed plan job starts on fresh instances, never on a pool.
-        if int(job.runtime.get("attempt", 1)) == 1:
+        if job.runtime.attempt == 1:
             claimed = warm_pools.claim(session, job, now, self.plans)
             if claimed is not None:
                 warm, previous = claimed
                 placement = Placement.of(warm.placement)
                 assert placement is not None  # a pool is made from a placed job
-                job.runtime = {**job.runtime, "placement": placement.json(), "home": warm.home}
+                job.runtime = job.runtime.placed(placement, home=warm.home)
                 transition(job, Secondary.STARTING, rules.warm_start(previous), now)
                 job.waiting_for = None
                 return True
@@ -76,12 +77,12 @@ class Placer:
                     account_id=job.account_id,
                     calendar=calendar,
                 )
-                job.runtime = {
-                    "placement": Placement(pool.key, pool.availability_zone).json(),
-                    "home": instance_key(job),
+                job.runtime = job.runtime.placed(
+                    Placement(pool.key, pool.availability_zone),
+                    home=instance_key(job),
                     # On the control plane's clock: a warm pool's 28 days count from here.
-                    "placed_at": now.isoformat(),
-                }
+                    placed_at=now,
+                )
                 transition(job, Secondary.STARTING, rules.LAUNCHING, now)
                 job.waiting_for = None
                 return True
@@ -105,20 +106,15 @@ class Placer:
 
     def _on_plan(self, session: Session, job: TrainingJob, now: datetime) -> bool:
         """Take instances of the plan's usable block, or say why the job waits."""
-        attempt = int(job.runtime.get("attempt", 1))
+        attempt = job.runtime.attempt
         placement = plan_jobs.place(session, job, now)
         if placement is None:
-            self.finish(session, job, "stopped", "plan_ended", None, None)
+            self.finish(session, job, JobEnd.stopped(StopReason.PLAN_ENDED), None)
             return False
         if isinstance(placement, str):
             transition(job, Secondary.PENDING, placement, now)
             return False
-        job.runtime = {
-            **job.runtime,
-            "placement": placement.json(),
-            "home": instance_key(job),
-            "placed_at": job.runtime.get("placed_at") or now.isoformat(),
-        }
+        job.runtime = job.runtime.placed(placement, home=instance_key(job), placed_at=now)
         if attempt > 1:
             transition(
                 job, Secondary.RESTARTING, plan_rules.restarting(attempt, placement.az), now

@@ -35,6 +35,7 @@ from sqlalchemy.exc import OperationalError
 
 from dockyard.clock import Clock, monotonic
 from dockyard.control.loop import seconds_until
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.domain.jobs import JobStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
 from dockyard.services import capacity, ultraserver_capacity
@@ -79,7 +80,7 @@ class Prepared(NamedTuple):
     step launches or reads next."""
 
     job: TrainingJob
-    runtime: dict[str, Any]
+    runtime: JobRuntime
     specs: list[dict[str, Any]]
     token: str
 

@@ -26,10 +26,9 @@ from dockyard.control.jobs.queue import Following, JobQueue, Outcome, Placing, P
 from dockyard.control.jobs.running import apply, dead, interrupted, seen
 from dockyard.control.jobs.specs import HostSpecs, instance_key
 from dockyard.domain import plan_jobs as plan_rules
-from dockyard.domain.jobs import TERMINAL, JobStatus, Secondary
-from dockyard.domain.placement import Placement
-from dockyard.services import capacity, plan_jobs, warm_pools
-from dockyard.services.job_status import set_status, transition
+from dockyard.domain.job_runtime import JobEnd, JobPhase, JobRuntime, StopReason
+from dockyard.domain.jobs import TERMINAL, JobStatus
+from dockyard.services import capacity, plan_jobs
 from dockyard.store import claims
 from dockyard.store.db import Database
 from dockyard.store.tables import TrainingJob
@@ -66,28 +65,18 @@ class JobsReconciler:
         """Fail a job whose steps keep failing (a fault, not a passing error): its capacity
         and any warm pool go, and its instances are told to stop, so nothing is held for
         a job nobody can move on."""
-        now = self.clock.now()
         with self.db.session() as session:
             job = session.scalar(
                 select(TrainingJob).where(TrainingJob.id == job_id).with_for_update()
             )
             if job is None or JobStatus(job.status) in TERMINAL:
                 return
-            transition(job, Secondary.FAILED, reason[:1024], now)
-            set_status(job, JobStatus.FAILED, now)
-            job.failure_reason = reason[:1024]
-            job.training_end_time = now
-            job.waiting_for = None
             claims.release(job)
-            capacity.release(session, job.arn)
-            warm_pools.settle(
-                session,
-                job,
-                now,
-                outcome="failed",
-                failure_reason=job.failure_reason,
-                launched=True,
-                plans=self.plans,
+            # The one ending path, as for any failure: capacity and any warm pool go,
+            # metrics are kept where they can be read, and the time it trained is billed
+            # (its instances ran until now, for all dockyard knows).
+            self.ending.finish(
+                session, job, JobEnd.failed(reason[:1024]), None, launched=True, best_effort=True
             )
             followed = self.queue.following(job_id)
         for handle in followed.handles if followed is not None else ():
@@ -171,18 +160,20 @@ class JobsReconciler:
         if JobStatus(job.status) in TERMINAL:
             claims.release(job)
             return None
-        runtime = dict(job.runtime)
-        if Placement.of_job(runtime) is None:
+        runtime = job.runtime
+        if runtime.phase is JobPhase.QUEUED:
             if job.stop_requested:
-                self.ending.finish(session, job, "stopped", "stop", None, None)
+                self.ending.finish(session, job, JobEnd.stopped(StopReason.REQUESTED), None)
                 claims.release(job)
                 return None
             if not self.placer.place(session, job):
                 claims.release(job)
                 return capacity.WaitStamp.parse(job.waiting_for)
-            runtime = dict(job.runtime)
-            log.info("training job %s placed: %s", job.name, runtime["placement"])
-        elif job.training_plan_arn and not runtime.get("interrupting"):
+            runtime = job.runtime
+            log.info("training job %s placed: %s", job.name, runtime.placement)
+        elif job.stop_requested and runtime.phase is not JobPhase.ENDING:
+            runtime = job.runtime = runtime.ending()
+        elif job.training_plan_arn and runtime.phase is not JobPhase.INTERRUPTING:
             reason = None
             if plan_jobs.block_ending(job, self.clock.now()):
                 # The block's last 30 minutes: stop the instances (checkpoints are
@@ -193,11 +184,11 @@ class JobsReconciler:
                 # again from the checkpoints on healthy instances (a spare's).
                 reason = plan_rules.INSTANCE_LOST
             if reason is not None:
-                runtime["interrupting"] = reason
-                job.runtime = {**job.runtime, "interrupting": reason}
-        specs = runtime.get("specs") or self.specs.for_job(job, runtime)
-        if "specs" not in runtime:
-            job.runtime = {**runtime, "specs": specs}
+                runtime = job.runtime = runtime.interrupting(reason)
+        specs = runtime.specs
+        if specs is None:
+            specs = self.specs.for_job(job, runtime)
+            runtime = job.runtime = runtime.with_specs(specs)
         return Prepared(job, runtime, specs, token)
 
     def _advance(self, prepared: Prepared) -> Outcome:
@@ -220,6 +211,7 @@ class JobsReconciler:
             claims.release(current)
             if JobStatus(current.status) in TERMINAL:
                 return None
+            current.runtime = current.runtime.running()
             if current.training_plan_arn and interrupted(
                 session, current, states, alive, self.clock.now(), self.ending.finish
             ):
@@ -227,7 +219,7 @@ class JobsReconciler:
             apply(session, current, states, alive, self.clock.now(), self.ending.finish)
             if JobStatus(current.status) in TERMINAL or current.stop_requested:
                 return None  # over, or stopping: a stopping job is stepped each pass
-            placement = Placement.of_job(current.runtime)
+            placement = current.runtime.placement
             return Following(
                 key=instance_key(current),
                 handles=tuple(handles),
@@ -237,18 +229,18 @@ class JobsReconciler:
             )
 
     def _observe(
-        self, job: TrainingJob, runtime: dict[str, Any], specs: list[dict[str, Any]]
+        self, job: TrainingJob, runtime: JobRuntime, specs: list[dict[str, Any]]
     ) -> tuple[list[str], list[InstanceState], list[bool]]:
         """Launch (or hand a warm pool) the job's instances, once; read where they are."""
         key = instance_key(job)
-        home = str(runtime.get("home") or key)
+        home = runtime.home or key
         launched = self.specs.launchable(specs)
         if home == key:
             handles = self.backend.launch(key, launched)
         else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
             handles = self.backend.assign(home, key, launched)
         states, alive = self._look(handles)
-        if job.stop_requested or runtime.get("interrupting"):
+        if job.stop_requested or runtime.phase in (JobPhase.INTERRUPTING, JobPhase.ENDING):
             for handle in handles:
                 self.backend.stop(handle)
         return handles, states, alive

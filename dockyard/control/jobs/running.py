@@ -17,16 +17,15 @@ from dockyard.compute.wire.state import InstanceState, times
 from dockyard.control.jobs.queue import Seen
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
+from dockyard.domain.job_runtime import JobEnd, JobPhase, StopReason
 from dockyard.domain.jobs import Secondary
 from dockyard.services.job_status import catch_up, transition
 from dockyard.store.tables import TrainingJob
 
 PHASES = ("launching", "downloading", "training", "uploading")
 ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
-# finish(session, job, outcome, stop_reason, states, failure reason): `ending.Ending.finish`
-Finish = Callable[
-    [Session, TrainingJob, str, "str | None", "list[InstanceState] | None", "str | None"], None
-]
+# finish(session, job, how it ended, its instances' states): `ending.Ending.finish`
+Finish = Callable[[Session, TrainingJob, JobEnd, "list[InstanceState] | None"], None]
 
 
 def apply(
@@ -45,18 +44,19 @@ def apply(
     if started and job.training_start_time is None:
         job.training_start_time = min(started)
     if failed:
-        finish(session, job, "failed", None, states, failed[0].get("failure_reason"))
+        finish(session, job, JobEnd.failed(failed[0].get("failure_reason")), states)
         return
     if died:
         reason = "InternalServerError: an instance's agent exited unexpectedly"
-        finish(session, job, "failed", None, states, reason)
+        finish(session, job, JobEnd.failed(reason), states)
         return
     if all(p in ("completed", "stopped") for p in phases):
         stopped = [s for s in states if s.get("phase") == "stopped"]
         if stopped:
-            finish(session, job, "stopped", stopped[0].get("stop_reason"), states, None)
+            why = StopReason.reported(stopped[0].get("stop_reason"))
+            finish(session, job, JobEnd.stopped(why), states)
         else:
-            finish(session, job, "completed", None, states, None)
+            finish(session, job, JobEnd.completed(), states)
         return
     if job.stop_requested:
         return
@@ -85,11 +85,13 @@ def interrupted(
     instances runs, it waits for the plan's next block (or, on reserved capacity, the
     same block) and resumes from its checkpoints. True if that is what happened."""
     phases = [state.get("phase", "launching") for state in states]
-    if dead(phases, alive) and not job.runtime.get("interrupting"):
-        job.runtime = {**job.runtime, "interrupting": plan_rules.INSTANCE_LOST}
+    runtime = job.runtime
+    if runtime.phase is JobPhase.ENDING:
+        return False  # told to stop for good: it ends, however its instances do
+    if dead(phases, alive) and runtime.phase is not JobPhase.INTERRUPTING:
+        job.runtime = runtime.interrupting(plan_rules.INSTANCE_LOST)
         return True  # the next pass stops the other instances
-    reason = job.runtime.get("interrupting")
-    if not reason or job.stop_requested:
+    if runtime.phase is not JobPhase.INTERRUPTING or job.stop_requested:
         return False
     over = all(phase in ENDED_PHASES or not up for phase, up in zip(phases, alive, strict=True))
     if not over:
@@ -97,14 +99,14 @@ def interrupted(
     if all(phase == "completed" for phase in phases):
         return False  # it finished just in time: settle it as usual
     started = times(states, "training_started_at")
-    used = float(job.runtime.get("used_seconds", 0)) + run_seconds(states)
+    used = runtime.used_seconds + run_seconds(states)
     if started and job.training_start_time is None:
         job.training_start_time = min(started)
     catch_up(job, Secondary.TRAINING if started else Secondary.DOWNLOADING, now)
-    transition(job, Secondary.INTERRUPTED, str(reason), now)
-    job.runtime = {"attempt": int(job.runtime.get("attempt", 1)) + 1, "used_seconds": used}
+    transition(job, Secondary.INTERRUPTED, str(runtime.interruption), now)
+    job.runtime = runtime.requeued(used)
     if used >= int(job.spec["StoppingCondition"]["MaxRuntimeInSeconds"]):
-        finish(session, job, "stopped", "max_runtime", None, None)
+        finish(session, job, JobEnd.stopped(StopReason.MAX_RUNTIME), None)
     return True
 
 

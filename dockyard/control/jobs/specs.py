@@ -17,7 +17,7 @@ from dockyard.config import Settings
 from dockyard.domain import instance_types
 from dockyard.domain import jobs as rules
 from dockyard.domain.clusters import ON_CREATE_SECONDS
-from dockyard.domain.placement import Placement
+from dockyard.domain.job_runtime import JobRuntime
 from dockyard.domain.warm_pools import keep_alive_seconds
 from dockyard.services.accounts import Credentials
 from dockyard.store.tables import Cluster, ClusterNode, TrainingJob
@@ -165,10 +165,10 @@ class HostSpecs:
             node=reach,
         )
 
-    def for_job(self, job: TrainingJob, runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    def for_job(self, job: TrainingJob, runtime: JobRuntime) -> list[dict[str, Any]]:
         """One spec per host of the job: what its agent runs (`JobSpec`'s keys), as the
         job keeps it - without the S3 service's secret (`launchable`)."""
-        placement = Placement.of_job(runtime)
+        placement = runtime.placement
         assert placement is not None  # specs are made for placed jobs only
         spec = job.spec
         count = int(spec["ResourceConfig"]["InstanceCount"])
@@ -211,9 +211,9 @@ class HostSpecs:
                 "max_runtime_seconds": max(
                     1,
                     int(spec["StoppingCondition"]["MaxRuntimeInSeconds"])
-                    - int(runtime.get("used_seconds", 0)),
+                    - int(runtime.used_seconds),
                 ),
-                "attempt": int(runtime.get("attempt", 1)),
+                "attempt": runtime.attempt,
                 "stop_grace_seconds": STOP_GRACE_SECONDS,
                 "s3": self.s3,
                 "master_port": port,
