@@ -61,7 +61,7 @@ class JobSpec:
     # CUDA_VISIBLE_DEVICES and SM_NUM_GPUS say them, and only their devices are in the
     # sandbox.
     gpus: list[int] = field(default_factory=list)
-    # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group", and, when
+    # A HyperPod cluster's node (spec §3.5), not a job: {"cluster", "group", and, when
     # its S3 is dockyard's own, "s3": {"host", "port" (the server's), "access_key_id",
     # "secret_access_key", "region" (the node's credentials)}}. Its command is the
     # group's OnCreate script; once that succeeded the node stays up ("running") until

@@ -237,7 +237,7 @@ class JobsReconciler:
         launched = self.specs.launchable(specs)
         if home == key:
             handles = self.backend.launch(key, launched)
-        else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
+        else:  # a warm pool's instances, already running: no launch (spec §5.3)
             handles = self.backend.assign(home, key, launched)
         states, alive = self._look(handles)
         if job.stop_requested or runtime.phase in (JobPhase.INTERRUPTING, JobPhase.ENDING):
