@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,11 @@ from dockyard.store.tables import LeaseRow, LedgerEntry, TrainingJob, WarmPool
 from tests.control.fake_backend import FakeInstances
 
 REGION = "us-east-1"
-# 06:00 UTC: a plan bought now may start at 11:30 today (blocks end at 11:30 UTC).
-START = datetime(2026, 3, 2, 6, 0, tzinfo=UTC)
+# 06:00 UTC: a plan bought now may start at 11:30 today (blocks end at 11:30 UTC). After
+# the wall clock's now, as a manual-clock server's time is: the control plane reads the
+# wall clock for what agents report on theirs (`running.run_seconds` of an agent that
+# died without reporting its end), and the fake's agents report the manual clock's time.
+START = datetime.combine(date.today() + timedelta(days=2), time(6, 0), UTC)
 M5 = "ml.m5.xlarge"
 P5 = "ml.p5.48xlarge"
 # Two on-demand instances in each of two AZs; one reservable instance in each.
