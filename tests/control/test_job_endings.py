@@ -5,6 +5,8 @@ recorded, the capacity released."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dockyard.domain.job_runtime import JobPhase
@@ -13,8 +15,8 @@ from tests.control.world import M5, World
 DIED = "InternalServerError: an instance's agent exited unexpectedly"
 
 
-def _training(world: World, name: str, **changes: object) -> str:
-    world.create_job(name, **changes)  # type: ignore[arg-type]
+def _training(world: World, name: str, **changes: Any) -> str:
+    world.create_job(name, **changes)
     world.pass_()
     key = world.key(name)
     for run in world.instances.runs_of(key):
