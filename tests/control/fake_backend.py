@@ -1,10 +1,10 @@
 """A backend in memory, for testing the control plane without processes or files.
 
-`FakeBackend` has the ten members of `Backend` and nothing else public but what a
-test uses to script it: its instances are records keyed by (job key, host) that say
-what the test makes them say (`report`, `finish`, `kill`, `obey_stops`), and every
-call the control plane makes is recorded (`launched`, `assigned`, `stops`,
-`releases`, `purges`) for assertions.
+`FakeBackend` is what the reconcilers get: the ten members of `Backend` and nothing
+else (no optional capability), over a `FakeInstances`, which is what a test scripts
+and inspects. Instances are records keyed by (job key, host) that say what the test
+makes them say (`report`, `finish`, `kill`, `obey_stops`), and every call the control
+plane makes is recorded (`launched`, `assigned`, `stops`, `releases`, `purges`).
 
 It holds the control plane to what the local backend (`compute/backends/local.py`)
 does, so a test cannot pass on behaviour a real backend would not give:
@@ -70,7 +70,7 @@ class Run:
     host: str
     spec: JobSpec
     agent: Agent
-    state: InstanceState = field(default_factory=lambda: InstanceState(LAUNCHING))
+    state: InstanceState = field(default_factory=lambda: InstanceState(**LAUNCHING))
     stop_requested: bool = False
 
     @property
@@ -272,7 +272,7 @@ class FakeInstances:
 
     def poll(self, handle: str) -> InstanceState:
         run = self._runs.get(handle)
-        return InstanceState(LAUNCHING) if run is None else InstanceState(**run.state)
+        return InstanceState(**(LAUNCHING if run is None else run.state))
 
     def stop(self, handle: str) -> None:
         self.stops.append(handle)

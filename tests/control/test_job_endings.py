@@ -58,8 +58,9 @@ def test_a_completed_job_records_its_end_and_final_metrics(world: World) -> None
         None,
     )
     assert job.training_end_time == world.clock.now()
-    assert [m["MetricName"] for m in job.final_metrics["items"]] == ["loss"]
-    assert job.final_metrics["items"][0]["Value"] == 0.25
+    assert job.final_metrics is not None
+    (metric,) = job.final_metrics["items"]
+    assert (metric["MetricName"], metric["Value"]) == ("loss", 0.25)
     assert world.instances.stops == []
     _ended_cleanly(world, "done")
 

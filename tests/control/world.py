@@ -227,10 +227,14 @@ class World:
         )
 
 
-def make_world(database_url: str, tmp_path: Path, **config: Any) -> Iterator[World]:
-    """A World on the database; `config` adds sections to the config ([quotas] ...)."""
+def make_world(
+    database_url: str, tmp_path: Path, *, migrated: bool = False, **config: Any
+) -> Iterator[World]:
+    """A World on the database (`migrated`: already at the latest schema); `config` adds
+    sections to the config ([quotas] ...)."""
     db = Database(database_url)
-    migrate.upgrade(db)
+    if not migrated:
+        migrate.upgrade(db)
     settings = load_settings(None, data_dir=tmp_path / "data", sandbox="none")
     settings = dataclasses.replace(settings, extra={"fleet": FLEET, **config})
     plans = plan_settings(settings)
