@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from dockyard.domain.job_runtime import JobPhase
 from tests.control.world import M5, World
 
@@ -75,11 +73,6 @@ def test_a_job_fails_with_its_instances_failure_reason(world: World) -> None:
     _ended_cleanly(world, "buggy")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="control-plane bug: a job failed by one instance never tells its other "
-    "instances to stop; they run on after their capacity was given back",
-)
 def test_a_job_failed_by_one_instance_stops_the_others(world: World) -> None:
     key = _training(world, "pair", InstanceCount=2)
     world.instances.report(key, "algo-2", "failed", failure_reason="AlgorithmError: rank 1")

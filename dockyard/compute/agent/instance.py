@@ -78,11 +78,11 @@ from dockyard.compute.wire import wake
 from dockyard.compute.wire.layout import Layout
 from dockyard.compute.wire.private_files import write_private
 from dockyard.compute.wire.spec import JobSpec
-from dockyard.compute.wire.state import InstanceState
+from dockyard.compute.wire.state import ENDED_PHASES, InstanceState
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
 
-TERMINAL_PHASES = frozenset({"completed", "failed", "stopped"})
+TERMINAL_PHASES = ENDED_PHASES
 POLL_SECONDS = 0.1
 # An idle warm-pool agent is woken through its FIFO; this is only the fallback.
 IDLE_POLL_SECONDS = 1.0
