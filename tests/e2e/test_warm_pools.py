@@ -238,12 +238,26 @@ def test_which_endings_keep_a_pool(manual_server: DockyardServer) -> None:
     client.create_training_job(**quick_job("algo", 600, "raise SystemExit(3)"))
     assert wait_for(client, "algo", {"Failed"})["FailureReason"].startswith("AlgorithmError")
     wait_warm(client, "algo", "Available", server)
-    # Client error (a program that does not exist): kept.
+    # Client error (an input channel with nothing in it): kept.
     bad = quick_job("client", 600)
+    bad["InputDataConfig"] = [
+        {
+            "ChannelName": "train",
+            "DataSource": {
+                "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://results/nothing"}
+            },
+        }
+    ]
+    client.create_training_job(**bad)
+    assert wait_for(client, "client", {"Failed"})["FailureReason"].startswith("ClientError")
+    wait_warm(client, "client", "Available", server)
+    # A program that does not exist (the job's sandbox says so: the job's words): kept.
+    bad = quick_job("missing", 600)
     bad["AlgorithmSpecification"]["ContainerEntrypoint"] = ["no-such-program"]
     client.create_training_job(**bad)
-    assert "ClientError" in wait_for(client, "client", {"Failed"})["FailureReason"]
-    wait_warm(client, "client", "Available", server)
+    reason = wait_for(client, "missing", {"Failed"})["FailureReason"]
+    assert reason.startswith("AlgorithmError: cannot run no-such-program"), reason
+    wait_warm(client, "missing", "Available", server)
     # Stopped once training: kept.
     client.create_training_job(**quick_job("stopped", 600, SLEEPER))
     deadline = time.monotonic() + 60
