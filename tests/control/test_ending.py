@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dockyard.compute.local import LocalBackend
 from sqlalchemy import select
 
 from dockyard.clock import ManualClock
+from dockyard.compute.backends.local import LocalBackend
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.domain.billing import Charge
