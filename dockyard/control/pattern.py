@@ -123,9 +123,15 @@ class Retries:
     # The reason a row is failed with after repeated faults.
     fault_reason: Callable[[BaseException], str] = repr
     entries: dict[int, Backoff] = field(default_factory=dict)
+    # Rows failed (or marked) for an error that will not pass: not stepped again by this
+    # server (a row that stays listed after it, a cluster that cannot be Failed from
+    # InService, is tried again after a restart).
+    given_up: set[int] = field(default_factory=set)
 
     def ready(self, row_id: int) -> bool:
-        """Whether the row may be stepped now (it is not backing off)."""
+        """Whether the row may be stepped now (it is not backing off or given up)."""
+        if row_id in self.given_up:
+            return False
         entry = self.entries.get(row_id)
         return entry is None or monotonic() >= entry.retry_at
 
@@ -136,6 +142,7 @@ class Retries:
         """Forget rows that are no longer listed (ended, here or on another server)."""
         wanted = set(row_ids)
         self.entries = {k: v for k, v in self.entries.items() if k in wanted}
+        self.given_up &= wanted
 
     def failed(self, row_id: int, exc: BaseException, give_up: GiveUp | None = None) -> bool:
         """A step of the row raised: back off, or give the row up (answers True) when the
@@ -155,6 +162,7 @@ class Retries:
                 log.exception("%s %s: could not fail it either", self.noun, row_id)
             else:
                 self.entries.pop(row_id, None)
+                self.given_up.add(row_id)
                 return True
         wait = self.policy.wait(failures)
         temporary = kind is ErrorKind.TEMPORARY
