@@ -72,7 +72,7 @@ CURRENCY = "USD"
 DEFAULT_RESERVED_INSTANCE_QUOTA = 256
 # Instances of one type an account's running training jobs may hold at once.
 DEFAULT_TRAINING_INSTANCE_QUOTA = 64
-# Instances of one type an account may keep in warm pools: AWS's default is 0 (SPEC §5.7).
+# Instances of one type an account may keep in warm pools: AWS's default is 0 (spec §5.7).
 DEFAULT_WARM_POOL_INSTANCE_QUOTA = 0
 # "<type> for cluster usage": instances of a type across an account's HyperPod clusters.
 DEFAULT_CLUSTER_INSTANCE_QUOTA = 64

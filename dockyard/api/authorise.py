@@ -1,4 +1,4 @@
-"""Decide whether an access key's policy lets it make this request (SPEC §5.8).
+"""Decide whether an access key's policy lets it make this request (spec §5.8).
 
 The request is described to the policy as IAM describes it: an action
 (`sagemaker:CreateTrainingJob`), the ARN of every resource the request names ("*"

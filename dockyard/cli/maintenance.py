@@ -1,7 +1,7 @@
 """`dockyard maintenance`: take fleet instances out of service, and bring them back.
 
 Instances in maintenance are not handed out (their pools' capacity drops at once), and
-the warm pools on them are terminated (SPEC §5.10). Talks to the running server's
+the warm pools on them are terminated (spec §5.10). Talks to the running server's
 operator endpoint, so its reconcilers act on the change straight away.
 """
 

@@ -1,4 +1,4 @@
-"""Billing (SPEC §6): what each kind of charge is, which seconds count, what they cost.
+"""Billing (spec §6): what each kind of charge is, which seconds count, what they cost.
 
 Pure rules, no database: the ledger (`services.ledger`) records what these decide, and
 each kind of charge has one caller - a training job's seconds when it ends
@@ -80,7 +80,7 @@ def training_bill(
     earlier_run_seconds: float = 0.0,
     run_seconds: float = 0.0,
 ) -> Bill:
-    """A job's BillableTimeInSeconds and charge when it ends (SPEC §4.9).
+    """A job's BillableTimeInSeconds and charge when it ends (spec §4.9).
 
     Per instance, as AWS defines it (the SDK multiplies by the instance count itself).
     On demand: from TrainingStartTime to the end, a started second counting. On a plan:

@@ -1,4 +1,4 @@
-"""HyperPod clusters (SPEC §3.5): statuses, their transitions, and when a group's nodes run.
+"""HyperPod clusters (spec §3.5): statuses, their transitions, and when a group's nodes run.
 
 A cluster is instance groups; each group asks for a count of nodes of one instance
 type, on demand or on a training plan bought for `hyperpod-cluster`. A node is a
@@ -17,7 +17,7 @@ from dockyard.domain import plan_jobs
 from dockyard.domain.plan_jobs import Block
 from dockyard.domain.transitions import Transitions
 
-# A plan's nodes are shut down with this much of their block left (SPEC §3.5).
+# A plan's nodes are shut down with this much of their block left (spec §3.5).
 CUTOFF = timedelta(hours=1)
 # A node on demand holds its instance until it is deleted; the lease on the calendar
 # runs this far ahead and is let go when the node goes.

@@ -1,6 +1,6 @@
 """What one instance of a type is: vCPUs, memory and accelerators.
 
-An instance's sandbox is limited to its type's memory, CPUs and processes (SPEC §4.8),
+An instance's sandbox is limited to its type's memory, CPUs and processes (spec §4.8),
 so a job that outgrows an ml.m5.xlarge fails as it would on one. The catalogue holds
 SageMaker's training types; a type it does not list is sized from its name the way
 EC2 names sizes (large = 2 vCPUs, xlarge = 4, Nxlarge = 4N) and its family's memory

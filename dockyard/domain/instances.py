@@ -14,8 +14,8 @@ from dockyard.domain.transitions import Transitions
 
 class InstanceHealth(StrEnum):
     HEALTHY = "Healthy"
-    MAINTENANCE = "Maintenance"  # taken out of service by an operator (SPEC §5.10)
-    UNHEALTHY = "Unhealthy"  # failed; replaced from an UltraServer's spares (SPEC §3.6)
+    MAINTENANCE = "Maintenance"  # taken out of service by an operator (spec §5.10)
+    UNHEALTHY = "Unhealthy"  # failed; replaced from an UltraServer's spares (spec §3.6)
 
 
 HEALTH_TRANSITIONS = Transitions(

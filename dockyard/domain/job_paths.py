@@ -4,7 +4,7 @@ A request names local paths (CheckpointConfig.LocalPath, channel directories) an
 locations that become files on an instance (with the embedded S3, files of this host).
 The botocore model lets through what SageMaker's containers shrug off - `..`, a
 channel named `..`, a `file://` code archive - and here each could reach outside the
-job: so each is refused up front, with a message naming the field (SPEC §4.8).
+job: so each is refused up front, with a message naming the field (spec §4.8).
 """
 
 from __future__ import annotations

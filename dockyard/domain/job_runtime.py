@@ -67,7 +67,7 @@ class StopReason(StrEnum):
 
     @classmethod
     def reported(cls, word: str | None) -> StopReason:
-        """An agent's `stop_reason` (SPEC's agents say "stop" or "max_runtime")."""
+        """An agent's `stop_reason` (the agents say "stop" or "max_runtime")."""
         return cls.MAX_RUNTIME if word == cls.MAX_RUNTIME.value else cls.REQUESTED
 
 

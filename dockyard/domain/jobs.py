@@ -1,7 +1,7 @@
 """Training-job rules: statuses, their checked transitions, and SageMaker's messages.
 
 `TrainingJobStatus` is what the job is (InProgress until it ends); `SecondaryStatus`
-is what it is doing, with SageMaker's own words for each step (SPEC §4.2).
+is what it is doing, with SageMaker's own words for each step (spec §4.2).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Secondary(StrEnum):
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
     COMPLETED = "Completed"
     FAILED = "Failed"
-    # A job on a training plan whose block ended under it, and its return (SPEC §3.4).
+    # A job on a training plan whose block ended under it, and its return (spec §3.4).
     INTERRUPTED = "Interrupted"
     RESTARTING = "Restarting"
 
@@ -85,7 +85,7 @@ FAILED = "Training job failed."
 
 
 def warm_start(previous_job: str) -> str:
-    """The Starting message of a job that reuses a warm pool (SPEC §4.2)."""
+    """The Starting message of a job that reuses a warm pool (spec §4.2)."""
     return f"Starting the training job using a warm pool (the instances of {previous_job})."
 
 

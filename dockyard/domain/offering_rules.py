@@ -1,4 +1,4 @@
-"""The rules a training-plan offering obeys (SPEC §3.1), and the shape of an offering.
+"""The rules a training-plan offering obeys (spec §3.1), and the shape of an offering.
 
 Both offering searches (`offerings.search`, fast, and `offering_reference`, brute force)
 and the services that validate and buy offerings read the rules from here, so the two

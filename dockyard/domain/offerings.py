@@ -1,4 +1,4 @@
-"""Training-plan offerings (SPEC §3.1): which blocks of capacity can be offered, in what order.
+"""Training-plan offerings (spec §3.1): which blocks of capacity can be offered, in what order.
 
 SearchTrainingPlanOfferings answers with at most three offerings, each of one block or of
 two blocks (a split), read off the capacity calendar. This module is that search, plus

@@ -1,4 +1,4 @@
-"""Training jobs on training plans (SPEC §3.4): when a block may take work, and the words.
+"""Training jobs on training plans (spec §3.4): when a block may take work, and the words.
 
 A job created with `ResourceConfig.TrainingPlanArn` runs only on its plan's reserved
 capacity and only while a block is usable: from the block's start until 30 minutes
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 # The last part of every block is not for work: running jobs are stopped then, and
-# nothing new starts (SPEC §3.4).
+# nothing new starts (spec §3.4).
 CUTOFF = timedelta(minutes=30)
 
 

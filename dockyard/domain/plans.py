@@ -1,7 +1,7 @@
 """Training-plan rules: statuses, their transitions, and what the clock says they should be.
 
 A plan is Active while one of its blocks is active, Scheduled before the first block
-and in a gap between blocks, Expired after the last (SPEC §3.3). Pending lasts until
+and in a gap between blocks, Expired after the last (spec §3.3). Pending lasts until
 the upfront fee is paid; Failed when it cannot be.
 """
 

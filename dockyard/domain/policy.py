@@ -1,4 +1,4 @@
-"""IAM-style identity policies on access keys (SPEC §5.8): parse, validate, evaluate.
+"""IAM-style identity policies on access keys (spec §5.8): parse, validate, evaluate.
 
 An access key may carry a policy document in IAM's JSON grammar; the API asks
 `evaluate` before every operation it serves for that key. Keeping the grammar

@@ -2,7 +2,7 @@
 
 Four quotas per instance type, in AWS's words: instances of the type in running
 training jobs ("… for training job usage"), instances kept in warm pools ("… for
-training warm pool usage", default 0: SPEC §5.7), instances reserved in training
+training warm pool usage", default 0: spec §5.7), instances reserved in training
 plans ("… for training plan usage") and instances in HyperPod clusters ("… for
 cluster usage"). AWS's own quota codes ("L-0BEF44E8") are opaque
 and there is no published table of them, so each code is derived from the quota's

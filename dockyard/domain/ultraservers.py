@@ -1,4 +1,4 @@
-"""UltraServers bought on a training plan (SPEC §3.6): spares, failures and health.
+"""UltraServers bought on a training plan (spec §3.6): spares, failures and health.
 
 An UltraServer is bought whole; `SpareInstanceCountPerUltraServer` of its instances are
 kept out of the usable count. A failed instance is replaced from the spares while

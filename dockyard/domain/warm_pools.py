@@ -1,4 +1,4 @@
-"""Managed warm pools (SPEC §5): statuses, the matching key, and who may keep instances.
+"""Managed warm pools (spec §5): statuses, the matching key, and who may keep instances.
 
 A warm pool is the instances of a finished job kept for the next matching job. The
 pool itself is Available (waiting), InUse (a job runs on it) or Terminated; each job
@@ -17,9 +17,9 @@ from typing import Any
 
 from dockyard.domain.transitions import Transitions
 
-# The seed's limit wins over the model's 21600 (SPEC §5.1).
+# The seed's limit wins over the model's 21600 (spec §5.1).
 MAX_KEEP_ALIVE_SECONDS = 3600
-# A pool passes from job to job for at most this long in all (SPEC §5.4).
+# A pool passes from job to job for at most this long in all (spec §5.4).
 MAX_LIFETIME = timedelta(days=28)
 # Failure reasons that say the instances themselves may be damaged: no pool is kept.
 INFRASTRUCTURE_FAILURE_PREFIX = "InternalServerError"
@@ -93,7 +93,7 @@ def match_key(spec: dict[str, Any]) -> str:
         "EnableNetworkIsolation": bool(spec.get("EnableNetworkIsolation", False)),
         "SessionTagChaining": bool(chaining),
         # Where the instances come from: a plan's pool serves only that plan's jobs,
-        # an on-demand pool only on-demand jobs (SPEC §3.4).
+        # an on-demand pool only on-demand jobs (spec §3.4).
         "TrainingPlanArn": resources.get("TrainingPlanArn"),
     }
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
@@ -101,7 +101,7 @@ def match_key(spec: dict[str, Any]) -> str:
 
 
 def refusal(spec: dict[str, Any]) -> str | None:
-    """Why a job may not ask for a warm pool at all (SPEC §5.1, §5.9), or None."""
+    """Why a job may not ask for a warm pool at all (spec §5.1, §5.9), or None."""
     keep = keep_alive_seconds(spec)
     if keep == 0:
         return None

@@ -96,7 +96,7 @@ def mark_all(session: Session, store: BucketStore) -> None:
 def check_job_buckets(
     session: Session, account_id: str, params: dict[str, object], store: BucketStore
 ) -> None:
-    """A job reads and writes only its own account's buckets (SPEC §4.8): a request
+    """A job reads and writes only its own account's buckets (spec §4.8): a request
     naming another account's is refused, as S3 would refuse the job's requests."""
     for field, uri in s3_locations(params):
         bucket = uri.removeprefix("s3://").split("/", 1)[0]

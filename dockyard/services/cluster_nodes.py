@@ -1,6 +1,6 @@
 """Cluster nodes in the database: the node operations of the API, and placing a new
 node for the clusters reconciler - on its plan's usable block (by instance on an
-UltraServer, `ultraserver_capacity`) or on demand, its lease written (SPEC §3.5, §3.6).
+UltraServer, `ultraserver_capacity`) or on demand, its lease written (spec §3.5, §3.6).
 """
 
 from __future__ import annotations

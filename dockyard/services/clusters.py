@@ -1,5 +1,5 @@
 """HyperPod clusters in the database: the API's operations, and the clusters
-reconciler's steps (SPEC §3.5; rules in `domain.clusters`).
+reconciler's steps (spec §3.5; rules in `domain.clusters`).
 
 An instance group on demand holds one lease per node on the calendar from its launch
 until it is deleted (backfill: only capacity no plan needs, `ON_DEMAND_HOLD` ahead); a

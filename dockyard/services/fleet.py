@@ -22,7 +22,7 @@ from dockyard.store.tables import CapacityPool, Instance, LeaseRow
 
 HEALTHY = InstanceHealth.HEALTHY.value
 # Taken out of service by an operator (maintenance, patching): not handed out, and the
-# warm pools on it are terminated (SPEC §5.10).
+# warm pools on it are terminated (spec §5.10).
 MAINTENANCE = InstanceHealth.MAINTENANCE.value
 # Failed (`dockyard fleet fail` injects a fault): not handed out; what ran on it failed.
 UNHEALTHY = InstanceHealth.UNHEALTHY.value

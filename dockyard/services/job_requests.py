@@ -116,7 +116,7 @@ def _check_quota(
         session, settings, account_id, region, QuotaKind.TRAINING_JOB, instance_type
     )
     held = instances_in_jobs(session, account_id, region, instance_type)
-    # Kept warm pool instances count too (SPEC §5.7), except a pool this job would
+    # Kept warm pool instances count too (spec §5.7), except a pool this job would
     # take over: its instances move to the job rather than add to the account's.
     key = warm_pool_rules.match_key(params)
     kept = session.execute(

@@ -1,4 +1,4 @@
-"""The billing ledger: every upfront fee and billed second, per account (SPEC §6).
+"""The billing ledger: every upfront fee and billed second, per account (spec §6).
 
 What is charged, and how much, is decided in `domain.billing`; this records it.
 Amounts are exact decimals stored as text, so sums never drift.

@@ -1,4 +1,4 @@
-"""Instances in or out of service, as an operator asks (SPEC §5.10): their health, and
+"""Instances in or out of service, as an operator asks (spec §5.10): their health, and
 the warm pools that cannot stay on them."""
 
 from __future__ import annotations

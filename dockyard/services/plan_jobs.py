@@ -1,4 +1,4 @@
-"""Training jobs on training plans in the database: checks, placement, counts (SPEC §3.4).
+"""Training jobs on training plans in the database: checks, placement, counts (spec §3.4).
 
 A plan's blocks hold their capacity on the calendar already (their leases), so a job
 on a plan books nothing: it takes instances of the block that is usable now, and the

@@ -1,4 +1,4 @@
-"""Instances of a plan's UltraServers, handed out by id (SPEC §3.6).
+"""Instances of a plan's UltraServers, handed out by id (spec §3.6).
 
 On an UltraServer block, work is placed on instances rather than on a count: a failed
 instance is a particular one, and what ran on it moves to a healthy one - a spare while

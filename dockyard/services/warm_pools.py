@@ -1,4 +1,4 @@
-"""Warm pools in the database: keep, claim, chain, terminate (SPEC §5).
+"""Warm pools in the database: keep, claim, chain, terminate (spec §5).
 
 A pool's instances stay on the capacity calendar as a lease (kind "warm-pool") from
 the end of a job to the pool's deadline; claiming the pool turns that lease into the
@@ -46,7 +46,7 @@ def _keep_until(session: Session, pool: WarmPool, now: datetime, until: datetime
 
     On-demand capacity: a `warm-pool` lease, ending early where capacity was sold for
     later. Plan capacity: no lease (the block holds it), and never past the block's
-    working time (SPEC §3.4: a pool never outlives the block it sits in).
+    working time (spec §3.4: a pool never outlives the block it sits in).
     """
     placement = _placement(pool)
     if placement.on_plan:
@@ -85,7 +85,7 @@ def _bill(
     session: Session, pool: WarmPool, job: TrainingJob, now: datetime, plans: PlanSettings
 ) -> None:
     """Close the job's retained period: its seconds on the job, its charge in the ledger
-    (SPEC §6; none inside a plan's block, which the plan paid for: `domain.billing`)."""
+    (spec §6; none inside a plan's block, which the plan paid for: `domain.billing`)."""
     if pool.available_since is None:
         return
     bill = billing.retained_bill(
@@ -304,7 +304,7 @@ def terminate_on(
 ) -> list[int]:
     """Terminate the Available warm pools on these capacity pools, or on these very
     instances (an UltraServer's pools hold theirs by id) - their instances are being
-    taken out of service (SPEC §5.10); answer their ids."""
+    taken out of service (spec §5.10); answer their ids."""
     capacity.lock(session)  # before the pools are read: claimers take them under it
     ended = [
         pool
@@ -343,7 +343,7 @@ def update_keep_alive(
     seconds: int,
     plans: PlanSettings,
 ) -> TrainingJob:
-    """UpdateTrainingJob's ResourceConfig.KeepAlivePeriodInSeconds (SPEC §5.6)."""
+    """UpdateTrainingJob's ResourceConfig.KeepAlivePeriodInSeconds (spec §5.6)."""
     capacity.lock(session)  # the pool is read as claimers and the reconciler leave it
     job = session.scalar(
         owned(TrainingJob, account_id, region).where(TrainingJob.name == name).with_for_update()

@@ -110,7 +110,7 @@ class TrainingJob(Claimed, Base):
         Index("ix_training_jobs_account_created", "account_id", "region", "creation_time"),
         # The quota check sums the instances an account's running jobs hold per type
         # from here alone (the count is in the index), rather than loading every
-        # running job (SPEC §5.7; issue 13).
+        # running job (spec §5.7; issue 13).
         Index(
             "ix_training_jobs_quota",
             "account_id",
@@ -164,7 +164,7 @@ class TrainingJob(Claimed, Base):
     # FinalMetricDataList, {"items": [...]} (Timestamp in ISO 8601), merged from the
     # instances' scraped values when the job ended: a Describe reads no files.
     final_metrics: Mapped[dict[str, Any] | None] = mapped_column(default=None)
-    # The warm pool this job ran on or left behind (SPEC §5); the job's own view of it.
+    # The warm pool this job ran on or left behind (spec §5); the job's own view of it.
     warm_pool_id: Mapped[int | None] = mapped_column(Integer, default=None, index=True)
     warm_pool_reused_by: Mapped[str | None] = mapped_column(String(63), default=None)
     # Seconds the pool was retained for this job, once that period is over.
@@ -327,7 +327,7 @@ class LedgerEntry(Base):
 
 
 class WarmPool(Claimed, Base):
-    """A finished job's instances kept for the next matching job (SPEC §5).
+    """A finished job's instances kept for the next matching job (spec §5).
 
     One row per cluster of instances, from the first retention to termination; it passes
     from job to job (`job_id` is the job it belongs to now).
@@ -394,7 +394,7 @@ class QuotaRequest(Base):
 
 
 class Cluster(Claimed, Base):
-    """A HyperPod cluster (SPEC §3.5): its request as the API has it, and its status."""
+    """A HyperPod cluster (spec §3.5): its request as the API has it, and its status."""
 
     __tablename__ = "clusters"
     __table_args__ = (

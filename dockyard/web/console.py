@@ -1,5 +1,5 @@
 """The web console at `/console`: training jobs and their warm pools, training plans,
-quotas, and for operators the fleet and quota requests (SPEC §7).
+quotas, and for operators the fleet and quota requests (spec §7).
 
 Server-rendered (Jinja2) with a small script of its own for the live parts (a region
 re-fetched every two seconds, countdowns): no external asset and no build step. A

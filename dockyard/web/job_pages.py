@@ -295,7 +295,7 @@ class JobPages(ConsoleBase):
         )
 
     async def release(self, request: Request, caller: Caller) -> Response:
-        """SageMaker's "Release cluster": the keep-alive period set to 0 (SPEC §5.7)."""
+        """SageMaker's "Release cluster": the keep-alive period set to 0 (spec §5.7)."""
         name = request.path_params["name"]
         await self.call(
             caller,

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
+
+import pytest
 
 from dockyard.compute.backends import registry
 from dockyard.compute.backends.protocol import (
@@ -16,6 +19,7 @@ from dockyard.compute.backends.protocol import (
     fleet_discovery,
     node_access,
 )
+from dockyard.compute.wire.spec import JobSpec
 
 
 def _members(protocol: type) -> set[str]:
@@ -48,3 +52,14 @@ def test_capabilities_are_what_a_backend_has() -> None:
     from dockyard.compute.backends.ray_cluster import RayBackend
 
     assert issubclass(RayBackend, FleetDiscovery) and issubclass(RayBackend, NodeAccess)
+
+
+def test_a_spec_with_keys_an_agent_does_not_know_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Unknown keys (a newer control plane's) are ignored, not silently: the agent's log
+    names them."""
+    with caplog.at_level(logging.WARNING, logger="dockyard.compute.wire.spec"):
+        spec = JobSpec.from_dict({"job_name": "j", "from_the_future": 1})
+    assert spec == JobSpec(job_name="j")
+    assert "from_the_future" in caplog.text

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select
 
 from dockyard.clock import ManualClock
-from dockyard.compute.backends.local import LocalBackend
 from dockyard.config import load_settings, plan_settings
 from dockyard.control.jobs import JobsReconciler
 from dockyard.domain.billing import Charge
@@ -22,6 +21,7 @@ from dockyard.services import accounts, fleet, logs
 from dockyard.store import migrate
 from dockyard.store.db import Database
 from dockyard.store.tables import LeaseRow, LedgerEntry, TrainingJob
+from tests.control.fake_backend import FakeInstances
 from tests.control.test_step_errors import SPEC
 from tests.fixtures import BASE_TIME, insert_training_jobs
 
@@ -55,7 +55,8 @@ def _running_job(database_url: str, tmp_path: Path, spec: dict[str, Any]) -> Any
         job.runtime = job.runtime.with_specs([{"host": "algo-1"}]).running()
         job_id = job.id
     clock.set(BASE_TIME + TRAINED)
-    reconciler = JobsReconciler(db, clock, LocalBackend(tmp_path / "data"), settings, plans)
+    backend = FakeInstances(clock).backend  # no instance needed: it is given up on
+    reconciler = JobsReconciler(db, clock, backend, settings, plans)
     return db, reconciler, job_id, plans
 
 

@@ -1,4 +1,4 @@
-"""Billing rules (SPEC §6): billable seconds, what they cost, the plan rule, budgets."""
+"""Billing rules (spec §6): billable seconds, what they cost, the plan rule, budgets."""
 
 from __future__ import annotations
 

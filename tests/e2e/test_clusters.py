@@ -1,4 +1,4 @@
-"""HyperPod clusters (SPEC §3.5) with boto3 against a manual-clock server: nodes are real
+"""HyperPod clusters (spec §3.5) with boto3 against a manual-clock server: nodes are real
 instances that run their group's OnCreate script from S3, on demand or on a plan's
 blocks (down with 1 hour left in a block, back in the next)."""
 

@@ -1,4 +1,4 @@
-"""Training jobs on training plans (SPEC §3.4) with boto3 against a manual-clock server."""
+"""Training jobs on training plans (spec §3.4) with boto3 against a manual-clock server."""
 
 from __future__ import annotations
 
@@ -338,7 +338,7 @@ def _placed_instances(server: DockyardServer, name: str) -> list[str]:
 def test_a_job_on_an_ultraserver_moves_to_the_spare_when_its_instance_fails(
     manual_server: DockyardServer,
 ) -> None:
-    """SPEC §3.6: a failed instance is replaced from the UltraServer's spares; the job
+    """spec §3.6: a failed instance is replaced from the UltraServer's spares; the job
     on it restarts from its checkpoints on healthy instances."""
     server = manual_server
     client = server.client()

@@ -1,4 +1,4 @@
-"""Access-key policies (SPEC §5.8): boto3 against a live server, keys made by the CLI."""
+"""Access-key policies (spec §5.8): boto3 against a live server, keys made by the CLI."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ what an attacker would (read the server's keys, another account's model, the ser
 environment; signal the server; leave a process behind; leave its network; escape its
 tree through links and `..`), and reports what it got in its own model. The test
 then checks the report - and what the server shows for the job - against the promise
-in SPEC §4.8 and docs/security.md.
+in spec §4.8 and docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Managed warm pools (SPEC §5) with boto3 against a manual-clock server.
+"""Managed warm pools (spec §5) with boto3 against a manual-clock server.
 
 The development account (the server's default key) starts with a warm pool quota, as
 on `make run`; accounts made here start with none, as on AWS.

@@ -53,7 +53,7 @@ def stop_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, 
 
 
 def update_training_job(ctx: RequestContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Only ResourceConfig.KeepAlivePeriodInSeconds of a warm pool (SPEC §5.6) is served."""
+    """Only ResourceConfig.KeepAlivePeriodInSeconds of a warm pool (spec §5.6) is served."""
     others = sorted(set(params) - {"TrainingJobName", "ResourceConfig"})
     if others:
         raise ValidationException(

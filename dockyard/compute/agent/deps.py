@@ -1,4 +1,4 @@
-"""A script job's requirements.txt, installed with uv before the job starts (SPEC §4.1).
+"""A script job's requirements.txt, installed with uv before the job starts (spec §4.1).
 
 Each instance gets a virtual environment of its own in its root that still sees the
 interpreter's packages (`--system-site-packages`), so a job adds what it needs
@@ -9,7 +9,7 @@ the venv read-only at /opt/venv. On a warm pool the environment stays from job t
 and is installed into again only when the requirements differ (their hash is kept
 beside it, where the install cannot write). uv's cache is the account's own, shared
 by its instances, or, for a job that may leave a warm pool, in the pool's persistent
-cache (SPEC §5.5), so a pool that must reinstall copies files instead of downloading.
+cache (spec §5.5), so a pool that must reinstall copies files instead of downloading.
 """
 
 from __future__ import annotations

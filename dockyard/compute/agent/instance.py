@@ -20,7 +20,7 @@ stop reaches every process it started: SIGTERM to all of them, `stop_grace_secon
 finish, then SIGKILL - SageMaker's contract; when the job's first process ends, the
 rest end with its sandbox.
 
-Warm pools (SPEC §5): a job with a keep-alive period leaves its agent running after
+Warm pools (spec §5): a job with a keep-alive period leaves its agent running after
 the job ends. The agent waits for `next.json` (naming the next job's own directory,
 whose `job.json`, `state.json` and `logs/` are that job's) or for `release`; a byte on
 the `wake` FIFO makes it look at once. Between jobs /opt/ml is emptied except for the
@@ -78,11 +78,11 @@ from dockyard.compute.wire import wake
 from dockyard.compute.wire.layout import Layout
 from dockyard.compute.wire.private_files import write_private
 from dockyard.compute.wire.spec import JobSpec
-from dockyard.compute.wire.state import InstanceState
+from dockyard.compute.wire.state import ENDED_PHASES, InstanceState
 
 __all__ = ["JobSpec", "Agent", "State", "TERMINAL_PHASES", "main"]
 
-TERMINAL_PHASES = frozenset({"completed", "failed", "stopped"})
+TERMINAL_PHASES = ENDED_PHASES
 POLL_SECONDS = 0.1
 # An idle warm-pool agent is woken through its FIFO; this is only the fallback.
 IDLE_POLL_SECONDS = 1.0
@@ -198,7 +198,7 @@ class Agent:
             if spec is None or spec.keep_alive_seconds <= 0:
                 return self._shut_down()
             # A warm pool candidate: wait for the next job, or for the pool's release
-            # (whether it is kept, the control plane decides: SPEC §5.1, §5.7).
+            # (whether it is kept, the control plane decides: spec §5.1, §5.7).
             run_dir = self._idle(spec)
             if run_dir is None:
                 return self._shut_down()
@@ -226,7 +226,7 @@ class Agent:
             self._finish("failed", failure_reason=f"InternalServerError: {exc!r}")
 
     def _shut_down(self) -> int:
-        """The instance goes: its warm pool cache with it (SPEC §5.5), its sandbox's
+        """The instance goes: its warm pool cache with it (spec §5.5), its sandbox's
         network and cgroup once nothing of it runs, and every file of its own but what
         the API still reads (state, logs, metrics, the spec): its tree (the model,
         output and checkpoints are uploaded, the inputs are copies), venv and home."""

@@ -10,7 +10,7 @@ through the privileged tools that build the sandbox, nor appears in an argv.
 A cold start writes the line at once. A warm pool parks the interpreter while it
 waits for the next job, inside the namespaces its jobs run in and with the Python
 environment the last job used, so the next job's first line runs without paying
-for an interpreter start (SPEC §5.3). It runs the job itself when it can stand for
+for an interpreter start (spec §5.3). It runs the job itself when it can stand for
 `python SCRIPT`: the same interpreter, no interpreter options, and no `PYTHON*`
 variable in the job's Environment (those only take effect at interpreter start);
 otherwise it `exec`s the command, as a cold start of a non-Python command does.

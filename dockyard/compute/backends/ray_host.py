@@ -19,13 +19,14 @@ from typing import Any
 
 from dockyard.compute.wire.log_format import Event
 from dockyard.compute.wire.spec import JobSpec
+from dockyard.compute.wire.state import ENDED_PHASES
 
 # How long one call to an actor may take before the instance counts as unreachable.
 CALL_SECONDS = 30.0
 # The one-time secret a node's shell relay wants first (`shell_relay`).
 TOKEN_BYTES = 32
 # Phases after which an instance does nothing more.
-ENDED = ("completed", "failed", "stopped")
+ENDED = ENDED_PHASES
 
 
 def namespace(data_dir: Path) -> str:

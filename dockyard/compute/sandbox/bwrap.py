@@ -1,4 +1,4 @@
-"""The job sandbox: everything an instance's code runs in (SPEC §4.8).
+"""The job sandbox: everything an instance's code runs in (spec §4.8).
 
 A training job's code is a tenant's upload, so every run of it - the job, the install of
 its requirements.txt, the interpreter a warm pool parks for the next job - happens in a

@@ -1,4 +1,4 @@
-"""An instance's resource limits: a cgroup sized from its instance type (SPEC §4.8).
+"""An instance's resource limits: a cgroup sized from its instance type (spec §4.8).
 
 Each instance gets a cgroup of its own under `dockyard/` with its type's memory (no
 swap beyond it), CPUs and a process count; every process of its sandbox is in it from

@@ -4,7 +4,7 @@ SageMaker gives a job's instances a network of their own. Here every instance of
 job (or of the warm pool that runs it) joins one network namespace, so `algo-1..N`
 meet on its loopback, and no other job - nor the server's port on the host's
 loopback - is reachable from it. A job with `EnableNetworkIsolation` gets just that
-(SPEC §4.7). Any other job also gets a way out: slirp4netns, the user-mode network
+(spec §4.7). Any other job also gets a way out: slirp4netns, the user-mode network
 stack rootless containers use, NATs its traffic to the outside world with the host's
 loopback switched off (`--disable-host-loopback`), so PyPI is reachable and
 127.0.0.1:8080 on the host is not.

@@ -91,7 +91,7 @@ class Layout:
 
     @property
     def warm_pool_cache(self) -> Path:
-        """SPEC §5.5: kept from job to job on a pool, deleted when the pool terminates."""
+        """spec §5.5: kept from job to job on a pool, deleted when the pool terminates."""
         return self.opt_ml / "sagemaker" / "warmpoolcache"
 
     @property

@@ -2,16 +2,20 @@
 
 The control plane writes it and the agent reads it, possibly from a different version of
 dockyard after an upgrade, so both sides share this one dataclass, unknown keys are
-ignored (newer control plane, older agent) and every key but the job name has a default.
+ignored - and logged - (newer control plane, older agent) and every key but the job name
+has a default.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("dockyard.compute.wire.spec")
 
 
 @dataclass
@@ -61,7 +65,7 @@ class JobSpec:
     # CUDA_VISIBLE_DEVICES and SM_NUM_GPUS say them, and only their devices are in the
     # sandbox.
     gpus: list[int] = field(default_factory=list)
-    # A HyperPod cluster's node (SPEC §3.5), not a job: {"cluster", "group", and, when
+    # A HyperPod cluster's node (spec §3.5), not a job: {"cluster", "group", and, when
     # its S3 is dockyard's own, "s3": {"host", "port" (the server's), "access_key_id",
     # "secret_access_key", "region" (the node's credentials)}}. Its command is the
     # group's OnCreate script; once that succeeded the node stays up ("running") until
@@ -82,6 +86,11 @@ class JobSpec:
         if not isinstance(data, dict) or not isinstance(data.get("job_name"), str):
             raise ValueError("job.json must be an object with a string job_name")
         known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            # A newer control plane's keys reach an older agent (a warm pool's, running
+            # across an upgrade): it runs without them, and says so in its log.
+            log.warning("job.json: keys this version does not know, ignored: %s", unknown)
         # None means "the default" for every key that has one, so the control plane may
         # write null for what it does not know.
         values = {k: v for k, v in data.items() if k in known and v is not None}

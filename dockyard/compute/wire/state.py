@@ -44,6 +44,8 @@ class InstanceState(TypedDict, total=False):
 
 
 LAUNCHING: InstanceState = {"phase": "launching"}
+# The phases an instance ends in (it reports nothing after one).
+ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 
 TimeKey = Literal["started_at", "training_started_at", "first_output_at", "ready_at", "ended_at"]
 

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from dockyard.clock import Clock
 from dockyard.compute.backends.protocol import Backend
-from dockyard.compute.wire.state import InstanceState
+from dockyard.compute.wire.state import ENDED_PHASES, InstanceState
 from dockyard.config import PlanSettings, Settings
 from dockyard.control.jobs.ending import Ending
 from dockyard.control.jobs.placing import Placer
@@ -210,6 +210,7 @@ class JobsReconciler:
                 if current is not None:
                     claims.release(current)
             raise
+        working: list[str] = []
         with self.db.session() as session:
             current = claims.held(session, job_id, token)
             if current is None:
@@ -223,16 +224,29 @@ class JobsReconciler:
             ):
                 return None
             apply(session, current, states, alive, self.clock.now(), self.ending.finish)
-            if JobStatus(current.status) in TERMINAL or current.stop_requested:
-                return None  # over, or stopping: a stopping job is stepped each pass
-            placement = current.runtime.placement
-            return Following(
-                key=instance_key(current),
-                handles=tuple(handles),
-                seen=seen(states, alive),
-                deadline=placement.work_ends if placement else None,
-                instances=placement.instances if placement else (),
-            )
+            if JobStatus(current.status) in TERMINAL:
+                # One instance's end ended the job (it failed): the others, still at
+                # work, must stop too - their capacity is no longer the job's.
+                working = [
+                    handle
+                    for handle, state, up in zip(handles, states, alive, strict=True)
+                    if up and state.get("phase") not in ENDED_PHASES
+                ]
+                following = None
+            elif current.stop_requested:
+                following = None  # stopping: a stopping job is stepped each pass
+            else:
+                placement = current.runtime.placement
+                following = Following(
+                    key=instance_key(current),
+                    handles=tuple(handles),
+                    seen=seen(states, alive),
+                    deadline=placement.work_ends if placement else None,
+                    instances=placement.instances if placement else (),
+                )
+        for handle in working:  # after the end is recorded: a stop is safe to repeat
+            self.backend.stop(handle)
+        return following
 
     def _observe(
         self, job: TrainingJob, runtime: JobRuntime, specs: list[dict[str, Any]]
@@ -243,7 +257,7 @@ class JobsReconciler:
         launched = self.specs.launchable(specs)
         if home == key:
             handles = self.backend.launch(key, launched)
-        else:  # a warm pool's instances, already running: no launch (SPEC §5.3)
+        else:  # a warm pool's instances, already running: no launch (spec §5.3)
             handles = self.backend.assign(home, key, launched)
         states, alive = self._look(handles)
         if job.stop_requested or runtime.phase in (JobPhase.INTERRUPTING, JobPhase.ENDING):

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from dockyard.clock import wall_now
-from dockyard.compute.wire.state import InstanceState, times
+from dockyard.compute.wire.state import ENDED_PHASES, InstanceState, times
 from dockyard.control.jobs.queue import Seen
 from dockyard.domain import jobs as rules
 from dockyard.domain import plan_jobs as plan_rules
@@ -23,7 +23,6 @@ from dockyard.services.job_status import catch_up, transition
 from dockyard.store.tables import TrainingJob
 
 PHASES = ("launching", "downloading", "training", "uploading")
-ENDED_PHASES = frozenset({"completed", "failed", "stopped"})
 # finish(session, job, how it ended, its instances' states): `ending.Ending.finish`
 Finish = Callable[[Session, TrainingJob, JobEnd, "list[InstanceState] | None"], None]
 

@@ -54,7 +54,7 @@ class HostSpecs:
         self.data_dir = Path(settings.data_dir).resolve()
         # TrainingImage -> the interpreter that stands for it on this backend ([images]).
         self.images = {str(k): str(v) for k, v in dict(settings.extra.get("images", {})).items()}
-        # What one instance of a type may use: its sandbox's limits (SPEC §4.8).
+        # What one instance of a type may use: its sandbox's limits (spec §4.8).
         self.instance_types = instance_types.catalogue(settings.extra.get("instance_types"))
         self.sandbox_mode = settings.sandbox
         # Where the instances find s3:// URIs: a real S3-compatible service, or directories.
