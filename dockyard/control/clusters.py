@@ -1,13 +1,15 @@
 """The clusters reconciler: gives each instance group the nodes it should have now,
 launches them, reads what they say, and lets go of the nodes that are to go.
 
-A pass over one cluster is three steps: decide (one transaction behind the capacity
-lock: which nodes go - deleted, their plan's block 1 hour from its end, their group
-gone or shrunk, failed and recovered automatically - and which new ones are placed),
-act (no session open: launch what should run, stop what should go, read each node's
-agent), record (one transaction: node statuses, gone nodes' rows and leases removed,
-the cluster's status). Launching and stopping are safe to repeat, so a server killed
-at any point picks up where the rows and the agents' files say things are.
+A pass steps each cluster on its own (`control.pattern`): claim the cluster (a whole
+cluster, not node by node: one decision counts its groups' nodes and sets its status),
+decide (one transaction: which nodes go - deleted, their plan's block 1 hour from its
+end, their group gone or shrunk, failed and recovered automatically - and which new
+ones are placed, behind the capacity lock only when some are), act (no session open:
+launch what should run, stop what should go, read each node's agent), record (one
+transaction: node statuses, gone nodes' rows and leases removed, the cluster's
+status). Launching and stopping are safe to repeat, so a server killed at any point
+picks up where the rows and the agents' files say things are.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from dockyard.compute.wire.state import InstanceState
 from dockyard.config import Settings
 from dockyard.control.jobs.specs import HostSpecs
 from dockyard.control.loop import seconds_until
+from dockyard.control.pattern import Retries, Skipped, Steps
 from dockyard.domain import clusters as rules
 from dockyard.domain.clusters import ClusterStatus, NodeStatus
 from dockyard.secretbox import SecretBox
 from dockyard.services import capacity, cluster_nodes
 from dockyard.services import clusters as service
+from dockyard.store import claims
 from dockyard.store.db import Database
 from dockyard.store.tables import Cluster, ClusterNode
 
@@ -65,6 +69,8 @@ class ClustersReconciler:
         self.clock = clock
         self.backend = backend
         self.specs = HostSpecs(settings)
+        self.steps = Steps(db, Cluster, claims.Claimant())
+        self.retries = Retries("cluster")
         self._due: float | None = None
         self._next: datetime | None = None
 
@@ -74,34 +80,57 @@ class ClustersReconciler:
         busy = False
         moments: list[datetime] = []
         for cluster_id in ids:
+            if not self.retries.ready(cluster_id):
+                continue
             try:
                 outcome = self.step(cluster_id)
-            except Exception:
+            except Exception as exc:
                 # One cluster's fault (a backend error, a database hiccup) must not stop
-                # the others; it is tried again at the next look.
-                log.exception("cluster %s: step failed; trying again shortly", cluster_id)
+                # the others; it is tried again after a backoff.
+                self.retries.failed(cluster_id, exc, self.give_up)
                 continue
+            self.retries.succeeded(cluster_id)
             if outcome is not None:
                 busy = busy or outcome[0]
                 if outcome[1] is not None:
                     moments.append(outcome[1])
+        self.retries.keep(ids)
         self._next = min(moments, default=None)
         self._due = BUSY_SECONDS if busy else (LOOK_SECONDS if ids else None)
 
     def due(self) -> float | None:
-        wanted = [self._due, seconds_until(self.clock, [self._next])]
+        wanted = [self._due, seconds_until(self.clock, [self._next]), self.retries.due()]
         return min((s for s in wanted if s is not None), default=None)
 
     # ------------------------------------------------------------------ one cluster
 
     def step(self, cluster_id: int) -> tuple[bool, datetime | None] | None:
         """Move one cluster on; answers whether it is busy (nodes coming or going) and
-        the next moment its plans' nodes come or go."""
+        the next moment its plans' nodes come or go. None: the cluster is gone, or
+        another server is stepping it."""
         now = self.clock.now()
+        outcome = self.steps.step(
+            cluster_id,
+            lambda session, cluster: self._decide(session, cluster, now),
+            self._act,
+            lambda session, cluster, _, seen: self._record(session, cluster, seen, now),
+        )
+        return None if isinstance(outcome, Skipped) else outcome
+
+    def give_up(self, cluster_id: int, reason: str) -> None:
+        """A cluster whose step will never work: Failed where its status allows (while
+        it is being created), its failure message saying why in any case."""
         with self.db.session() as session:
-            work = self._decide(session, cluster_id, now)
-        if work is None:
-            return None
+            cluster = session.get(Cluster, cluster_id)
+            if cluster is None:
+                return
+            cluster.failure_message = reason[:1024]
+            if ClusterStatus(cluster.status) == ClusterStatus.CREATING:
+                service.set_status(cluster, ClusterStatus.FAILED, self.clock.now())
+
+    def _act(self, work: list[Work]) -> dict[str, tuple[InstanceState, bool]]:
+        """Launch what should run, stop what should go, read each node's agent (no
+        session open)."""
         seen: dict[str, tuple[InstanceState, bool]] = {}
         for item in work:
             if item.spec is not None:
@@ -112,14 +141,10 @@ class ClustersReconciler:
             if item.spec is None and alive:
                 self.backend.stop(item.handle)
             seen[item.instance_id] = (self.backend.poll(item.handle), alive)
-        with self.db.session() as session:
-            return self._record(session, cluster_id, seen, now)
+        return seen
 
-    def _decide(self, session: Session, cluster_id: int, now: datetime) -> list[Work] | None:
-        capacity.lock(session)  # placements and let-gos serialise with every booking
-        cluster = session.get(Cluster, cluster_id)
-        if cluster is None:
-            return None
+    def _decide(self, session: Session, cluster: Cluster, now: datetime) -> list[Work]:
+        """Which nodes go and which new ones are placed; what each is to run."""
         status = ClusterStatus(cluster.status)
         nodes = service.nodes_of(session, cluster)
         recovery = cluster.spec.get("NodeRecovery", "Automatic") == "Automatic"
@@ -192,6 +217,10 @@ class ClustersReconciler:
             : max(0, len(staying) - wanted)
         ]:
             self._let_go(node, "The instance group's count was lowered")
+        if wanted > len(staying):
+            # Placing books capacity (a lease, or a place in a plan's block that jobs
+            # count too): behind the capacity lock, as every booking.
+            capacity.lock(session)
         for _ in range(wanted - len(staying)):
             placed = cluster_nodes.place_node(session, cluster, group, now)
             if isinstance(placed, str):
@@ -204,13 +233,13 @@ class ClustersReconciler:
     def _record(
         self,
         session: Session,
-        cluster_id: int,
+        cluster: Cluster,
         seen: dict[str, tuple[InstanceState, bool]],
         now: datetime,
     ) -> tuple[bool, datetime | None] | None:
-        cluster = session.get(Cluster, cluster_id)
-        if cluster is None:
-            return None
+        """What the nodes' agents said: node statuses, gone nodes' rows and leases
+        removed (the capacity lock taken by the release where a node had a lease), the
+        cluster's status."""
         busy = False
         for node in service.nodes_of(session, cluster):
             state, alive = seen.get(node.instance_id, ({}, True))

@@ -1,7 +1,8 @@
 """Training plans after purchase: reading them, paying for them, and moving them with time.
 
-`settle_payments` and `advance` are the plans reconciler's steps: each runs in one
-transaction, reads the clock's `now` from its caller, and is safe to run twice.
+`settle_payment` and `advance` are the plans reconciler's steps, one plan each (claimed
+by the reconciler, `control/plans.py`): each runs in one transaction, reads the clock's
+`now` from its caller, and is safe to run twice.
 """
 
 from __future__ import annotations
@@ -275,76 +276,102 @@ def _set_status(plan: TrainingPlan, new: PlanStatus, now: datetime) -> None:
         plan.last_modified_time = now
 
 
-def settle_payments(session: Session, now: datetime, settings: PlanSettings) -> int:
-    """Pending plans: record the upfront fee in the ledger, or fail over the budget."""
-    # First: another server doing the same waits here, then reads what this one wrote,
-    # so no fee is recorded twice.
-    capacity.lock(session)
-    settled = 0
-    pending = session.scalars(
-        select(TrainingPlan).where(TrainingPlan.status == PlanStatus.PENDING.value)
-    )
-    for plan in list(pending):
-        blocks = _blocks(session, [plan.id])[plan.id]
-        budget = settings.budgets.get(plan.account_id, settings.default_budget)
-        fee = Decimal(plan.upfront_fee)
-        refusal = billing.payment_refusal(
-            fee, budget, ledger.spent(session, plan.account_id), plan.currency
-        )
-        if refusal is not None:
-            _set_status(plan, PlanStatus.FAILED, now)
-            plan.status_message = refusal
-            capacity.lock(session)
-            for block in blocks:
-                block.status = BLOCK_TRANSITIONS.check(
-                    PlanStatus(block.status), PlanStatus.FAILED
-                ).value
-                capacity.release(session, block.id)
-        else:
-            ledger.record(
-                session,
-                account_id=plan.account_id,
-                region=plan.region,
-                kind=billing.Charge.PLAN_FEE,
-                resource_arn=plan.arn,
-                amount=fee,
-                currency=plan.currency,
-                description=f"Upfront fee of training plan {plan.name}",
-                now=now,
-            )
-            _set_status(plan, PlanStatus.SCHEDULED, now)
-            for block in blocks:
-                block.status = BLOCK_TRANSITIONS.check(
-                    PlanStatus(block.status), PlanStatus.SCHEDULED
-                ).value
-        settled += 1
-    return settled
-
-
-def advance(session: Session, now: datetime) -> int:
-    """Move paid plans and their blocks to where the clock says they are."""
-    capacity.lock(session)  # one server at a time (see settle_payments)
-    changed = 0
-    live = list(
+def due(session: Session, now: datetime) -> tuple[list[int], dict[int, bool]]:
+    """The plans a plans-reconciler pass steps: the Pending ones (to be paid for), and
+    the live ones with a block the clock has moved past a start or an end - each with
+    whether one of its blocks ends (its leases released, so the capacity lock is
+    taken)."""
+    pending = list(
         session.scalars(
-            select(TrainingPlan).where(
-                TrainingPlan.status.in_([PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value])
-            )
+            select(TrainingPlan.id)
+            .where(TrainingPlan.status == PlanStatus.PENDING.value)
+            .order_by(TrainingPlan.id)
         )
     )
-    blocks = _blocks(session, [p.id for p in live])
-    for plan in live:
-        statuses = []
-        for block in blocks[plan.id]:
-            new = block_status(block.start_time, block.end_time, now)
-            if block.status != new.value:
-                block.status = BLOCK_TRANSITIONS.check(PlanStatus(block.status), new).value
-                changed += 1
-                if new is PlanStatus.EXPIRED:
-                    capacity.release(session, block.id)
-            statuses.append(new)
-        new_plan = plan_status(statuses)
-        if plan.status != new_plan.value:
-            _set_status(plan, new_plan, now)
+    started = (ReservedCapacity.status == PlanStatus.SCHEDULED.value) & (
+        ReservedCapacity.start_time <= now
+    )
+    ended = ReservedCapacity.status.in_([PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value]) & (
+        ReservedCapacity.end_time <= now
+    )
+    moving: dict[int, bool] = {}
+    for plan_id, ends in session.execute(
+        select(ReservedCapacity.plan_id, ended)
+        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
+        .where(
+            TrainingPlan.status.in_([PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value]),
+            started | ended,
+        )
+        .order_by(ReservedCapacity.plan_id)
+    ):
+        moving[plan_id] = moving.get(plan_id, False) or bool(ends)
+    return pending, moving
+
+
+def settle_payment(
+    session: Session, plan: TrainingPlan, now: datetime, settings: PlanSettings
+) -> bool:
+    """A Pending plan: record the upfront fee in the ledger, or fail it over the budget
+    (its leases released); False if it was not Pending (another server settled it).
+
+    Call with the capacity lock held: paying completes the purchase, and the budget
+    check reads the account's spending as every other purchase leaves it."""
+    if plan.status != PlanStatus.PENDING.value:
+        return False
+    blocks = _blocks(session, [plan.id])[plan.id]
+    budget = settings.budgets.get(plan.account_id, settings.default_budget)
+    fee = Decimal(plan.upfront_fee)
+    refusal = billing.payment_refusal(
+        fee, budget, ledger.spent(session, plan.account_id), plan.currency
+    )
+    if refusal is not None:
+        fail_pending(session, plan, now, refusal)
+        return True
+    ledger.record(
+        session,
+        account_id=plan.account_id,
+        region=plan.region,
+        kind=billing.Charge.PLAN_FEE,
+        resource_arn=plan.arn,
+        amount=fee,
+        currency=plan.currency,
+        description=f"Upfront fee of training plan {plan.name}",
+        now=now,
+    )
+    _set_status(plan, PlanStatus.SCHEDULED, now)
+    for block in blocks:
+        block.status = BLOCK_TRANSITIONS.check(
+            PlanStatus(block.status), PlanStatus.SCHEDULED
+        ).value
+    return True
+
+
+def fail_pending(session: Session, plan: TrainingPlan, now: datetime, message: str) -> None:
+    """A Pending plan that will not be paid for: Failed, saying why, its capacity freed."""
+    _set_status(plan, PlanStatus.FAILED, now)
+    plan.status_message = message[:1024]
+    for block in _blocks(session, [plan.id])[plan.id]:
+        block.status = BLOCK_TRANSITIONS.check(PlanStatus(block.status), PlanStatus.FAILED).value
+        capacity.release(session, block.id)
+
+
+def advance(session: Session, plan: TrainingPlan, now: datetime) -> int:
+    """Move a paid plan and its blocks to where the clock says they are (an ended
+    block's leases released); answers how many statuses moved."""
+    if plan.status not in (PlanStatus.SCHEDULED.value, PlanStatus.ACTIVE.value):
+        return 0
+    changed = 0
+    statuses = []
+    for block in _blocks(session, [plan.id])[plan.id]:
+        new = block_status(block.start_time, block.end_time, now)
+        if block.status != new.value:
+            block.status = BLOCK_TRANSITIONS.check(PlanStatus(block.status), new).value
             changed += 1
+            if new is PlanStatus.EXPIRED:
+                capacity.release(session, block.id)
+        statuses.append(new)
+    new_plan = plan_status(statuses)
+    if plan.status != new_plan.value:
+        _set_status(plan, new_plan, now)
+        changed += 1
     return changed

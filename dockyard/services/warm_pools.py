@@ -305,7 +305,7 @@ def terminate_on(
     """Terminate the Available warm pools on these capacity pools, or on these very
     instances (an UltraServer's pools hold theirs by id) - their instances are being
     taken out of service (spec §5.10); answer their ids."""
-    capacity.lock(session)  # before the pools are read (see expire)
+    capacity.lock(session)  # before the pools are read: claimers take them under it
     ended = [
         pool
         for pool in session.scalars(
@@ -319,20 +319,19 @@ def terminate_on(
     return [pool.id for pool in ended]
 
 
-def expire(session: Session, now: datetime, plans: PlanSettings) -> list[int]:
-    """Terminate every Available pool whose time is up; answer their ids."""
-    # First: a server doing the same at once waits, then sees these pools terminated
-    # (a pool's retained time is billed once).
-    capacity.lock(session)
-    due = session.scalars(
-        select(WarmPool).where(
-            WarmPool.status == WarmPoolStatus.AVAILABLE.value, WarmPool.deadline <= now
-        )
-    ).all()
-    for pool in due:
-        lifetime_over = pool.born_at + rules.MAX_LIFETIME <= now
-        terminate(session, pool, now, rules.LIFETIME if lifetime_over else rules.EXPIRED, plans)
-    return [pool.id for pool in due]
+def expire(session: Session, pool: WarmPool, now: datetime, plans: PlanSettings) -> bool:
+    """Terminate the pool if it is Available and its time is up; whether it was.
+
+    Call with the capacity lock held (its lease goes, and a claimer may be taking the
+    pool): a server doing the same waits, then sees the pool terminated, so a pool's
+    retained time is billed once."""
+    if pool.status != WarmPoolStatus.AVAILABLE.value or pool.deadline is None:
+        return False
+    if pool.deadline > now:
+        return False
+    lifetime_over = pool.born_at + rules.MAX_LIFETIME <= now
+    terminate(session, pool, now, rules.LIFETIME if lifetime_over else rules.EXPIRED, plans)
+    return True
 
 
 def update_keep_alive(

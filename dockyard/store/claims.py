@@ -1,5 +1,7 @@
 """Claims: a reconciler takes a row for the length of one step, so that servers sharing a
-database never act on the same row at the same time.
+database never act on the same row at the same time. Any table with the claim columns
+(`tables.Claimed`: training jobs, clusters, warm pools, training plans) is claimed the
+same way; `control/pattern.py` is the step built on it.
 
 A step is two short transactions with slow work between them and no session open
 (launching instances, reading their state): the first claims the row (owner, a token
@@ -21,12 +23,13 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from dockyard.clock import wall_now
-from dockyard.store.tables import TrainingJob
+from dockyard.store.tables import Claimed, TrainingJob
 
 # Longer than any step takes (a step never waits on a job, only on files and a fork).
 CLAIM_SECONDS = 60
@@ -78,32 +81,52 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def claim_job(session: Session, job_id: int, claimant: Claimant, token: str) -> TrainingJob | None:
-    """The job, claimed for this step under `token` (and locked until the transaction
-    ends, where the database locks rows); None if another server is stepping it."""
+# Any table that carries a claim (`tables.Claimed`): jobs, clusters, warm pools, plans.
+Row = TypeVar("Row", bound=Claimed)
+
+
+def claim(
+    session: Session, table: type[Row], row_id: int, claimant: Claimant, token: str
+) -> Row | None:
+    """The row, claimed for this step under `token` (and locked until the transaction
+    ends, where the database locks rows); None if another server is stepping it, or
+    the row is gone."""
     now = wall_now()
     free = or_(
-        TrainingJob.claim_owner.is_(None),
-        TrainingJob.claim_owner == claimant.owner,
-        TrainingJob.claim_expires_at < now,
+        table.claim_owner.is_(None),
+        table.claim_owner == claimant.owner,
+        table.claim_expires_at < now,
     )
-    if not _take(session, job_id, free, claimant, token, now):
-        holder = session.scalar(select(TrainingJob.claim_owner).where(TrainingJob.id == job_id))
+    if not _take(session, table, row_id, free, claimant, token, now):
+        holder: str | None = session.execute(
+            select(table.claim_owner).where(_id(table) == row_id)
+        ).scalar()
         if holder is None or not claimant.gone(holder):
             return None
         # Compare-and-set on the owner read: of two servers breaking one dead claim,
         # one wins.
-        if not _take(session, job_id, TrainingJob.claim_owner == holder, claimant, token, now):
+        if not _take(session, table, row_id, table.claim_owner == holder, claimant, token, now):
             return None
-    return held(session, job_id, token)
+    return held_row(session, table, row_id, token)
+
+
+def claim_job(session: Session, job_id: int, claimant: Claimant, token: str) -> TrainingJob | None:
+    """A training job, claimed (see `claim`)."""
+    return claim(session, TrainingJob, job_id, claimant, token)
 
 
 def _take(
-    session: Session, job_id: int, condition: object, claimant: Claimant, token: str, now: datetime
+    session: Session,
+    table: type[Claimed],
+    row_id: int,
+    condition: object,
+    claimant: Claimant,
+    token: str,
+    now: datetime,
 ) -> bool:
     result = session.execute(
-        update(TrainingJob)
-        .where(TrainingJob.id == job_id, condition)  # type: ignore[arg-type]
+        update(table)
+        .where(_id(table) == row_id, condition)  # type: ignore[arg-type]
         .values(
             claim_owner=claimant.owner,
             claim_token=token,
@@ -114,19 +137,30 @@ def _take(
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def held(session: Session, job_id: int, token: str) -> TrainingJob | None:
-    """The job if it is still claimed under `token`, locked until the transaction ends;
-    None if the claim was lost (it expired and another server took the job)."""
-    return session.scalar(
-        select(TrainingJob)
-        .where(TrainingJob.id == job_id, TrainingJob.claim_token == token)
+def held_row(session: Session, table: type[Row], row_id: int, token: str) -> Row | None:
+    """The row if it is still claimed under `token`, locked until the transaction ends;
+    None if the claim was lost (it expired and another server took the row over)."""
+    found: Row | None = session.execute(
+        select(table)
+        .where(_id(table) == row_id, table.claim_token == token)
         .with_for_update()
         .execution_options(populate_existing=True)
-    )
+    ).scalar()
+    return found
 
 
-def release(job: TrainingJob) -> None:
+def _id(table: type[Claimed]) -> Any:
+    """The row's primary key column (every claimed table's is an integer `id`)."""
+    return table.id  # type: ignore[attr-defined]
+
+
+def held(session: Session, job_id: int, token: str) -> TrainingJob | None:
+    """A training job still claimed under `token` (see `held_row`)."""
+    return held_row(session, TrainingJob, job_id, token)
+
+
+def release(row: Claimed) -> None:
     """Give the claim up (in the step's last transaction)."""
-    job.claim_owner = None
-    job.claim_token = None
-    job.claim_expires_at = None
+    row.claim_owner = None
+    row.claim_token = None
+    row.claim_expires_at = None

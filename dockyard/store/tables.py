@@ -84,6 +84,16 @@ class ClockState(Base):
     now: Mapped[datetime]
 
 
+class Claimed:
+    """The claim a reconciler holds on a row for the length of one step (`store.claims`):
+    servers sharing the database never act on one row at the same time. Jobs, clusters,
+    warm pools and training plans carry it."""
+
+    claim_owner: Mapped[str | None] = mapped_column(String(160), default=None)
+    claim_token: Mapped[str | None] = mapped_column(String(32), default=None)
+    claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
 def _resource(member: str) -> Any:
     """A column's value from the job's own ResourceConfig, so no writer can forget it."""
 
@@ -93,7 +103,7 @@ def _resource(member: str) -> Any:
     return default
 
 
-class TrainingJob(Base):
+class TrainingJob(Claimed, Base):
     __tablename__ = "training_jobs"
     __table_args__ = (
         UniqueConstraint("account_id", "region", "name", name="uq_training_jobs_account_name"),
@@ -159,11 +169,6 @@ class TrainingJob(Base):
     warm_pool_reused_by: Mapped[str | None] = mapped_column(String(63), default=None)
     # Seconds the pool was retained for this job, once that period is over.
     warm_pool_retained_seconds: Mapped[int | None] = mapped_column(Integer, default=None)
-    # The jobs reconciler that is stepping the job now (`store.claims`): servers sharing
-    # the database never act on one job at the same time.
-    claim_owner: Mapped[str | None] = mapped_column(String(160), default=None)
-    claim_token: Mapped[str | None] = mapped_column(String(32), default=None)
-    claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
 
     @property
     def runtime(self) -> JobRuntime:
@@ -253,7 +258,7 @@ class TrainingPlanOffering(Base):
     purchased_by: Mapped[str | None] = mapped_column(String(2048), default=None)
 
 
-class TrainingPlan(Base):
+class TrainingPlan(Claimed, Base):
     __tablename__ = "training_plans"
     __table_args__ = (
         UniqueConstraint("account_id", "region", "name", name="uq_training_plans_account_name"),
@@ -321,7 +326,7 @@ class LedgerEntry(Base):
     created_at: Mapped[datetime]
 
 
-class WarmPool(Base):
+class WarmPool(Claimed, Base):
     """A finished job's instances kept for the next matching job (spec §5).
 
     One row per cluster of instances, from the first retention to termination; it passes
@@ -388,7 +393,7 @@ class QuotaRequest(Base):
     last_updated: Mapped[datetime]
 
 
-class Cluster(Base):
+class Cluster(Claimed, Base):
     """A HyperPod cluster (spec §3.5): its request as the API has it, and its status."""
 
     __tablename__ = "clusters"

@@ -7,12 +7,13 @@ types whose pool versions moved (or one of whose stamps ran out) since the last 
 Of those, a queued job is not tried if one of its type asking for no more just failed
 on the same capacity. Every job is read and judged again once a minute regardless.
 
-A step that raises is retried with backoff (0.5 s doubling to a minute), the job left
-alone in between. An error that passes on its own (the database busy or unreachable, a
-file or process the backend could not make) is retried for as long as it lasts; any
-other is a fault in dockyard or in the job's stored request, and after three tries the
-job fails with an InternalServerError that says what went wrong, rather than being
-retried forever.
+A step that raises is retried with the one backoff policy of every reconciler
+(`control.pattern.BACKOFF`: 0.5 s doubling to a minute), the job left alone in between.
+An error that passes on its own (the database busy or unreachable, a file or process
+the backend could not make) is retried for as long as it lasts; a `PermanentError`
+fails the job at once; any other is a fault in dockyard or in the job's stored request,
+and after three tries the job fails with an InternalServerError that says what went
+wrong, rather than being retried forever.
 
 A running job is followed (`Following`): after a step it is stepped again only when
 its agents woke the control plane naming it, when a deadline of its own comes (a plan
@@ -31,10 +32,10 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import or_, select, tuple_
-from sqlalchemy.exc import OperationalError
 
 from dockyard.clock import Clock, monotonic
 from dockyard.control.loop import seconds_until
+from dockyard.control.pattern import BACKOFF, Backoff, Retries
 from dockyard.domain.job_runtime import JobRuntime
 from dockyard.domain.jobs import JobStatus
 from dockyard.domain.warm_pools import WarmPoolStatus
@@ -93,21 +94,6 @@ Place = Callable[[Sequence[int], Callable[[int], bool]], Iterator[Placing]]
 Peek = Callable[[tuple[str, ...]], Seen]
 GiveUp = Callable[[int, str], None]
 
-# Errors that pass on their own: the database busy or gone for a moment, the backend
-# out of room or processes.
-TEMPORARY = (OperationalError, OSError, TimeoutError)
-BACKOFF_FIRST_SECONDS = 0.5
-BACKOFF_MAX_SECONDS = 60.0
-PERMANENT_TRIES = 3
-
-
-@dataclass
-class Backoff:
-    """A job whose steps have been failing: how often, and when it is tried again."""
-
-    failures: int
-    retry_at: float  # monotonic
-
 
 class JobQueue:
     def __init__(self, db: Database, clock: Clock) -> None:
@@ -118,12 +104,25 @@ class JobQueue:
         self._woken: set[str] = set()
         self._woken_lock = threading.Lock()
         self._soon = False  # a step left a job that needs another soon
-        self._backoff: dict[int, Backoff] = {}
-        self.backoff_first_seconds = BACKOFF_FIRST_SECONDS
+        self.retries = Retries("training job", BACKOFF, _fault_reason)
         # What the last pass saw: each type's pool-version sum, and the next moment one
         # of its queued jobs' stamps runs out.
         self._seen: dict[Kind, int] = {}
         self._until: dict[Kind, datetime] = {}
+
+    @property
+    def backoff_first_seconds(self) -> float:
+        return self.retries.policy.first_seconds
+
+    @backoff_first_seconds.setter
+    def backoff_first_seconds(self, seconds: float) -> None:
+        """(Tests whose tries follow each other set it to 0.)"""
+        self.retries.policy = replace(self.retries.policy, first_seconds=seconds)
+
+    @property
+    def _backoff(self) -> dict[int, Backoff]:
+        """The jobs backing off, by id."""
+        return self.retries.entries
 
     def following(self, job_id: int) -> Following | None:
         return self._following.get(job_id)
@@ -187,7 +186,7 @@ class JobQueue:
         if everything:  # forget jobs that ended (here or on another server)
             running = {row.id for row in rows}
             self._following = {k: v for k, v in self._following.items() if k in running}
-            self._backoff = {k: v for k, v in self._backoff.items() if k in running}
+            self.retries.keep(running)
         # Fleet instances that failed under followed jobs (UltraServers; rare, and read
         # only when some followed job runs on instances by id).
         pinned = {i for f in self._following.values() for i in f.instances}
@@ -197,8 +196,7 @@ class JobQueue:
                 lost = ultraserver_capacity.failed(session, pinned)
         todo = []
         for row in rows:
-            backoff = self._backoff.get(row.id)
-            if backoff is not None and monotonic() < backoff.retry_at:
+            if not self.retries.ready(row.id):
                 continue
             followed = self._following.get(row.id)
             if (
@@ -293,7 +291,7 @@ class JobQueue:
         failed: dict[Kind, list[capacity.WaitStamp]],
     ) -> None:
         """Remember what a step (or preparing) answered for the job."""
-        self._backoff.pop(job_id, None)
+        self.retries.succeeded(job_id)
         self._following.pop(job_id, None)
         if isinstance(outcome, capacity.WaitStamp):
             failed.setdefault(kind, []).append(outcome)
@@ -305,31 +303,10 @@ class JobQueue:
             self._soon = True
 
     def _failed(self, job_id: int, exc: Exception, give_up: GiveUp) -> None:
-        """Back off from a job whose step raised; give up on it after a few tries when
-        the error will not pass on its own."""
-        failures = self._backoff[job_id].failures + 1 if job_id in self._backoff else 1
-        temporary = isinstance(exc, TEMPORARY)
-        if not temporary and failures >= PERMANENT_TRIES:
-            log.error("training job %s: step failed %d times; failing the job", job_id, failures)
-            try:
-                give_up(job_id, f"InternalServerError: dockyard could not run the job: {exc!r}")
-            except Exception:
-                log.exception("training job %s: could not fail the job either", job_id)
-            else:
-                self._backoff.pop(job_id, None)
-                self._following.pop(job_id, None)
-                return
+        """Back off from a job whose step raised; give up on it when the error will not
+        pass on its own (`control.pattern.Retries`)."""
         self._following.pop(job_id, None)
-        wait = min(BACKOFF_MAX_SECONDS, self.backoff_first_seconds * 2 ** (failures - 1))
-        log.warning(
-            "training job %s: step failed (%s, %s); trying again in %.1f s",
-            job_id,
-            "temporary" if temporary else f"try {failures} of {PERMANENT_TRIES}",
-            exc,
-            wait,
-            exc_info=not temporary,
-        )
-        self._backoff[job_id] = Backoff(failures, monotonic() + wait)
+        self.retries.failed(job_id, exc, give_up)
 
     def due(self) -> float | None:
         """Seconds until a pass is needed: a queued job's capacity frees (a lease ends),
@@ -345,9 +322,7 @@ class JobQueue:
             wanted.append(max(0.0, min(f.look_at for f in self._following.values()) - monotonic()))
         if self._soon:
             wanted.append(SOON_SECONDS)
-        if self._backoff:
-            retry = min(b.retry_at for b in self._backoff.values())
-            wanted.append(max(0.0, retry - monotonic()))
+        wanted.append(self.retries.due())
         return min(s for s in wanted if s is not None)
 
     @staticmethod
@@ -360,3 +335,7 @@ class JobQueue:
             return False
         followed.look_at = monotonic() + RECHECK_RUNNING_SECONDS
         return peek(followed.handles) != followed.seen
+
+
+def _fault_reason(exc: BaseException) -> str:
+    return f"InternalServerError: dockyard could not run the job: {exc!r}"

@@ -5,6 +5,12 @@ and are safe to repeat (the backend never launches a job's host twice), so a ser
 killed at any point picks the job up where its rows and its agents' files say it is.
 What a step does depends on the job's state: `placing` (queued), `running` (followed),
 `ending` (settled); `queue` chooses which jobs a pass steps.
+
+A step is the reconcilers' one pattern (`control.pattern`): claim and decide
+(`_prepare`, placing a queued job), act with no session open (`_observe`: launch, read
+the instances), record (the rest of `_advance`, under the claim still held). Unlike
+the other reconcilers it claims in the deciding transaction: the jobs a pass places
+are claimed and placed in one transaction behind one capacity lock (`place`).
 """
 
 from __future__ import annotations
