@@ -570,14 +570,20 @@ def test_a_plan_job_whose_node_dies_restarts_on_healthy_capacity(
     )
     plan_arn = buy(client, "one-day", offering)
     start_on_plan(server, "survivor", plan_arn, at(d0, 0), steps=300)
+    [root] = (server.data_dir / "instances").glob("*-survivor-*/algo-1")
+    # Training as the API says may come a moment before the agent's state names the
+    # job's process: wait for it (it is killed below).
+    deadline = time.monotonic() + 60
+    while (pid := json.loads((root / "state.json").read_text()).get("pid")) is None:
+        assert time.monotonic() < deadline, "the job's process never started"
+        time.sleep(0.1)
     # Its node dies; one offering the same joins.
     node = node_with(ray_cluster, {ray_node_of(server, "survivor")})
     ray_cluster.remove_node(node)
     # On one machine the instance's agent and code outlive their "node" (their own
     # session); a real node's death takes them along.
-    [root] = (server.data_dir / "instances").glob("*-survivor-*/algo-1")
     os.kill(agent_of(server, "survivor"), signal.SIGKILL)
-    os.killpg(int(json.loads((root / "state.json").read_text())["pid"]), signal.SIGKILL)
+    os.killpg(int(pid), signal.SIGKILL)
     args = NODE_ARGS.pop(node)
     NODE_ARGS[ray_cluster.add_node(num_cpus=1, **args)] = args
     done = wait(server, "survivor", lambda j: j["TrainingJobStatus"] != "InProgress", timeout=300)
