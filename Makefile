@@ -13,7 +13,7 @@ SDK3_STAMP := $(SDK3)/.installed
 # each start of the server, an agent or a CLI command - seconds, not a fraction of one.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: run test bench lint clean sandbox browser
+.PHONY: run test bench lint clean sandbox browser images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,18 @@ browser:
 	  fi; \
 	fi
 
+# Container images are pulled with skopeo (and the tests build some with umoci).
+images:
+	@if ! command -v skopeo >/dev/null 2>&1 || ! command -v umoci >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing skopeo and umoci for container images"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq skopeo umoci >/dev/null; \
+	  else \
+	    echo "warning: container images need skopeo (and the tests umoci): apt-get install skopeo umoci"; \
+	  fi; \
+	fi
+
 run: $(STAMP) $(COMPILED) sandbox
 	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/dockyard serve $(ARGS)
@@ -75,7 +87,7 @@ run: $(STAMP) $(COMPILED) sandbox
 # End-to-end tests mostly wait on servers and jobs: two workers halve the wall time.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) $(SDK3_STAMP) $(COMPILED) sandbox browser
+test: $(TEST_STAMP) $(SDK3_STAMP) $(COMPILED) sandbox browser images
 	@$(BIN)/python -m compileall -q dockyard >/dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(ARGS)
 
