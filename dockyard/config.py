@@ -39,6 +39,11 @@ class Settings:
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     s3_region: str = "us-east-1"
+    # The container registry's address as clients reach it (`http://host:port`, the API's
+    # own endpoint), which repository URIs and GetAuthorizationToken's proxyEndpoint
+    # name; empty means http://<host>:<port> (127.0.0.1 where host is a wildcard).
+    # docs/images.md.
+    registry_url: str = ""
     # How jobs are confined: "bwrap" (the sandbox, docs/security.md) or "none"
     # (--unsafe-no-sandbox: jobs run as plain processes of the server's user).
     sandbox: str = "bwrap"

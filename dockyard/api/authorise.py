@@ -114,6 +114,21 @@ def _sagemaker_arns(
     return found
 
 
+def _ecr_arns(region: str, account_id: str, operation: str, params: dict[str, Any]) -> list[str]:
+    """A repository by name, each of the names, or by ARN (the tag operations). A listing
+    of every repository acts on all of the account's (`repository/*`); a login
+    (GetAuthorizationToken) on none ("*"), as IAM documents it."""
+    if isinstance(params.get("resourceArn"), str):
+        return [params["resourceArn"]]
+    names = params.get("repositoryNames")
+    named = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    if isinstance(params.get("repositoryName"), str):
+        named.append(params["repositoryName"])
+    if not named and operation == "DescribeRepositories":
+        named = ["*"]
+    return [arns.repository_arn(region, account_id, name) for name in named]
+
+
 def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
@@ -124,11 +139,14 @@ def resource_arns(
     account_id: str,
     params: dict[str, Any],
     lookup: Lookup | None = None,
+    operation: str = "",
 ) -> list[str]:
     """The ARN of every resource the request acts on, as IAM would match them; ["*"]
     for none."""
     if service_prefix == "logs":
         found = _logs_arns(region, account_id, params)
+    elif service_prefix == "ecr":
+        found = _ecr_arns(region, account_id, operation, params)
     else:
         found = _sagemaker_arns(region, account_id, params, lookup)
     return list(dict.fromkeys(found)) or ["*"]
@@ -186,7 +204,7 @@ def authorise(
     resource it names (`resources`, when given, instead of those its parameters name).
 
     `service_prefix` is the IAM service prefix, which is the botocore model's
-    signing name (sagemaker, logs, servicequotas). A key without a policy may do
+    signing name (sagemaker, logs, servicequotas, ecr). A key without a policy may do
     everything in its account.
     """
     if policy_text is None:
@@ -204,7 +222,7 @@ def authorise(
     named = (
         list(resources or ["*"])
         if resources is not None
-        else resource_arns(service_prefix, region, account_id, params, lookup)
+        else resource_arns(service_prefix, region, account_id, params, lookup, operation)
     )
     for resource in named:
         decision = evaluate(policy, action, resource, context)

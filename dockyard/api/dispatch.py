@@ -103,6 +103,11 @@ class Response:
         return headers
 
 
+# A request the model refuses, in the words of the services that name it otherwise
+# (ECR answers a bad repository name or a missing member with InvalidParameterException).
+_VALIDATION_CODES = {"ecr": "InvalidParameterException"}
+
+
 # What STS and IAM call the failures the JSON services name otherwise.
 _QUERY_CODES = {
     "InvalidSignatureException": "SignatureDoesNotMatch",
@@ -196,6 +201,7 @@ class Dispatcher:
         request_id = str(uuid.uuid4())
         target_header, xml = _protocol(headers)
         operation = operation_label(target_header)
+        signing_name = ""
         try:
             signed, key = self.keys.verify(
                 method, raw_path, query_string, headers, body, self.max_skew
@@ -203,6 +209,7 @@ class Dispatcher:
             if not target_header and signed.service in query_targets():
                 return self._query(request_id, signed, key, body)
             service, name = self._route(target_header)
+            signing_name = service.signing_name
             if signed.service != service.signing_name:
                 raise ApiError(
                     "InvalidSignatureException",
@@ -232,7 +239,11 @@ class Dispatcher:
         except ApiError as exc:
             return _error(request_id, operation, exc.code, exc.message, exc.status, xml)
         except ValidationError as exc:
-            code = "ValidationError" if xml else "ValidationException"
+            code = (
+                "ValidationError"
+                if xml
+                else _VALIDATION_CODES.get(signing_name, "ValidationException")
+            )
             return _error(request_id, operation, code, exc.message, 400, xml)
         except ServiceError as exc:
             return _error(request_id, operation, exc.code, exc.message, exc.status, xml)

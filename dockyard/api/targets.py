@@ -15,6 +15,7 @@ from botocore.model import OperationModel, ServiceModel
 from dockyard.api.context import Handler
 from dockyard.api.handlers import (
     clusters,
+    ecr,
     identity,
     logs,
     service_quotas,
@@ -66,10 +67,15 @@ def _service_quotas() -> ServiceTarget:
     return ServiceTarget(_model("service-quotas"), dict(service_quotas.HANDLERS))
 
 
+def _ecr() -> ServiceTarget:
+    # The accounts' container repositories and registry logins (docs/images.md).
+    return ServiceTarget(_model("ecr"), dict(ecr.HANDLERS))
+
+
 @cache
 def targets() -> dict[str, ServiceTarget]:
     """Target prefix (as in `X-Amz-Target: SageMaker.ListTrainingJobs`) -> service."""
-    services = [_sagemaker(), _logs(), _service_quotas()]
+    services = [_sagemaker(), _logs(), _service_quotas(), _ecr()]
     return {str(s.model.metadata["targetPrefix"]): s for s in services}
 
 

@@ -46,6 +46,11 @@ _REFUSALS = {
         "The NextToken is not valid: it is not one this operation returned; "
         "start again without it",
     ),
+    "ecr": (
+        "InvalidParameterException",
+        "The nextToken is not valid: it is not one this operation returned; "
+        "start again without it",
+    ),
 }
 _DEFAULT_REFUSAL = ("ValidationException", "The pagination token is not valid")
 

@@ -18,3 +18,8 @@ def training_plan_arn(region: str, account_id: str, name: str) -> str:
 
 def reserved_capacity_arn(region: str, account_id: str, capacity_id: str) -> str:
     return arn(region, account_id, "reserved-capacity", capacity_id)
+
+
+def repository_arn(region: str, account_id: str, name: str) -> str:
+    """An ECR repository's ARN, as IAM policies name it."""
+    return f"arn:aws:ecr:{region}:{account_id}:repository/{name}"

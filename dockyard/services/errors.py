@@ -51,3 +51,24 @@ class ResourceAlreadyExistsException(ServiceError):
 
 class InvalidPaginationTokenException(ServiceError):
     code = "InvalidPaginationTokenException"
+
+
+# ECR's own error codes (its model names these).
+class InvalidParameterException(ServiceError):
+    code = "InvalidParameterException"
+
+
+class InvalidTagParameterException(ServiceError):
+    code = "InvalidTagParameterException"
+
+
+class TooManyTagsException(ServiceError):
+    code = "TooManyTagsException"
+
+
+class RepositoryAlreadyExistsException(ServiceError):
+    code = "RepositoryAlreadyExistsException"
+
+
+class RepositoryNotFoundException(ServiceError):
+    code = "RepositoryNotFoundException"

@@ -472,3 +472,28 @@ class ConsoleSession(Base):
     principal: Mapped[str] = mapped_column(String(32), index=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class Repository(Base):
+    """An ECR repository of the embedded registry (issue 27): per account and region, as
+    ECR's are. Its URI is not stored: it is the registry's address (a setting, which may
+    change) plus the account and name (services.repositories.repository_uri)."""
+
+    __tablename__ = "repositories"
+    __table_args__ = (
+        UniqueConstraint("account_id", "region", "name", name="uq_repositories_account_name"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    # ECR's RepositoryName: up to 256 characters, lower case, `/` allowed.
+    name: Mapped[str] = mapped_column(String(256))
+    arn: Mapped[str] = mapped_column(String(512), index=True)
+    image_tag_mutability: Mapped[str] = mapped_column(String(32))
+    scan_on_push: Mapped[bool] = mapped_column(default=False)
+    # encryptionConfiguration and imageTagMutabilityExclusionFilters, as the request had
+    # them (or ECR's defaults): described back, not acted on.
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    tags: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime]

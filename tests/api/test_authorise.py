@@ -115,3 +115,31 @@ def test_the_request_is_allowed_only_if_every_resource_is() -> None:
     )
     with pytest.raises(AccessDeniedException):
         authorise(narrow, "logs", "FilterLogEvents", REGION, ACCOUNT, {}, resources=[])
+
+
+def test_ecr_requests_name_their_repositories() -> None:
+    repo = f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository"
+    assert resource_arns("ecr", REGION, ACCOUNT, {"repositoryName": "team/a"}) == [
+        f"{repo}/team/a"
+    ]
+    assert resource_arns("ecr", REGION, ACCOUNT, {"repositoryNames": ["a", "b", "a"]}) == [
+        f"{repo}/a",
+        f"{repo}/b",
+    ]
+    assert resource_arns("ecr", REGION, ACCOUNT, {"resourceArn": f"{repo}/x"}) == [f"{repo}/x"]
+    # Listing every repository acts on all of them; a login on none.
+    assert resource_arns("ecr", REGION, ACCOUNT, {}, operation="DescribeRepositories") == [
+        f"{repo}/*"
+    ]
+    assert resource_arns("ecr", REGION, ACCOUNT, {}, operation="GetAuthorizationToken") == ["*"]
+    only_team = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "ecr:*", "Resource": f"{repo}/team/*"}],
+        }
+    )
+    authorise(only_team, "ecr", "DeleteRepository", REGION, ACCOUNT, {"repositoryName": "team/a"})
+    with pytest.raises(AccessDeniedException, match="repository/other"):
+        authorise(
+            only_team, "ecr", "DeleteRepository", REGION, ACCOUNT, {"repositoryName": "other"}
+        )

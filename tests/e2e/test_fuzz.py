@@ -101,6 +101,7 @@ def test_valid_bodies_get_an_answer_not_a_5xx(
 OTHERS = [
     ("logs", "Logs_20140328", "logs"),
     ("service-quotas", "ServiceQuotasV20190624", "servicequotas"),
+    ("ecr", "AmazonEC2ContainerRegistry_V20150921", "ecr"),
 ]
 
 
