@@ -35,7 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+from dockyard.compute.descriptors import DIR_FLAGS, make_dirs, open_dirs, path_parts
+
+_DIR_FLAGS = DIR_FLAGS
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # A job may have given its own user rights through ACLs, which outlive a chown.
 _ACLS = ("system.posix_acl_access", "system.posix_acl_default")
@@ -43,18 +45,13 @@ _ACLS = ("system.posix_acl_access", "system.posix_acl_default")
 
 def _open_dir(base: Path, parts: list[str]) -> int:
     """A descriptor of base/parts..., refusing a link anywhere below `base`."""
-    fd = os.open(base, _DIR_FLAGS)
+    if any(part in ("", ".", "..") for part in parts):
+        raise OSError(f"refusing the path components {parts!r}")
+    top = os.open(base, _DIR_FLAGS)
     try:
-        for part in parts:
-            if part in ("", ".", ".."):
-                raise OSError(f"refusing the path component {part!r}")
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return open_dirs(top, parts)
+    finally:
+        os.close(top)
 
 
 def relative_parts(base: Path, path: Path) -> list[str]:
@@ -341,43 +338,22 @@ def extract_tar(archive: Path, directory: Path, limit_bytes: int | None = None) 
 
 
 def _member_parts(name: str) -> list[str]:
-    if name.startswith("/") or "\0" in name:
-        raise UnsafeArchive(f"{name!r} is an absolute path")
-    parts = [part for part in name.split("/") if part not in ("", ".")]
-    if ".." in parts:
-        raise UnsafeArchive(f"{name!r} leads out of the directory")
-    return parts
+    return path_parts(name, UnsafeArchive)
 
 
 def _open_dir_fd(top: int, parts: list[str], member: str) -> int:
-    fd = os.dup(top)
     try:
-        for part in parts:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        return open_dirs(top, parts)
     except OSError as exc:
-        os.close(fd)
         raise UnsafeArchive(f"{member!r} is not inside a directory of the archive") from exc
-    return fd
 
 
 def _make_dirs(top: int, parts: list[str], member: str) -> int:
-    fd = os.dup(top)
     try:
-        for part in parts:
-            _mkdir(fd, part, member)
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        return make_dirs(top, parts)
     except OSError as exc:
-        os.close(fd)
         # A link where a directory should be (ELOOP, ENOTDIR) is never followed.
         raise UnsafeArchive(f"{member!r} would be written through a link") from exc
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _mkdir(dir_fd: int, name: str, member: str) -> None:

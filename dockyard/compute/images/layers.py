@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+from dockyard.compute.descriptors import DIR_FLAGS, make_dirs, open_dirs, path_parts
+
+_DIR_FLAGS = DIR_FLAGS
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # Permission bits a file keeps: none of set-uid, set-gid, sticky, or write for others.
 _MODE_MASK = 0o755
@@ -181,12 +183,7 @@ def _next(tar: tarfile.TarFile, stream: _Hashing) -> tarfile.TarInfo | None:
 
 def member_parts(name: str) -> list[str]:
     """A member's path as components, refusing what would lead out of the root."""
-    if name.startswith("/") or "\0" in name:
-        raise UnsafeLayer(f"{name!r} is an absolute path")
-    parts = [part for part in name.split("/") if part not in ("", ".")]
-    if ".." in parts:
-        raise UnsafeLayer(f"{name!r} leads out of the root")
-    return parts
+    return path_parts(name, UnsafeLayer)
 
 
 def _apply(
@@ -241,37 +238,21 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 def _make_dirs(top: int, parts: list[str], member: str) -> int:
     """A descriptor of the member's parent, made as needed, never through a link."""
-    fd = os.dup(top)
     try:
-        for part in parts:
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        return make_dirs(top, parts)
     except OSError as exc:
-        os.close(fd)
         # A link (ELOOP) or a file (ENOTDIR) where a directory should be is never
         # followed: layers built by diffing a real tree never put a member under one.
         raise UnsafeLayer(f"{member!r} would be written through a link or a file") from exc
-    return fd
 
 
 def _open_existing(top: int, parts: list[str]) -> int | None:
     """A descriptor of an existing directory, or None if it is missing or not a real
     directory all the way down (then there is nothing a whiteout could hide in it)."""
-    fd = os.dup(top)
     try:
-        for part in parts:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        return open_dirs(top, parts)
     except OSError:
-        os.close(fd)
         return None
-    return fd
 
 
 def _directory(parent: int, name: str, member: tarfile.TarInfo) -> None:
