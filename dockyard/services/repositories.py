@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dockyard.domain import arns, registry_tokens
+from dockyard.domain import tags as tag_rules
 from dockyard.services.errors import (
     InvalidParameterException,
     InvalidTagParameterException,
@@ -36,7 +37,7 @@ from dockyard.store.tables import Repository
 
 # ECR's default page of DescribeRepositories, and its per-resource tag limit.
 DEFAULT_MAX_RESULTS = 100
-MAX_TAGS = 50
+MAX_TAGS = tag_rules.MAX_TAGS
 _MAX_TAG_KEY = 128
 _MAX_TAG_VALUE = 256
 # What ECR answers when a request leaves them out.
@@ -257,10 +258,8 @@ def tag(
     session: Session, account_id: str, region: str, arn: str, tags: Sequence[Mapping[str, str]]
 ) -> dict[str, Any]:
     row = _by_arn(session, account_id, region, arn)
-    merged = {t["Key"]: t["Value"] for t in row.tags.get("Tags", [])}
-    merged.update({t["Key"]: t["Value"] for t in _checked_tags(tags)})
     # JSON columns are replaced whole so the ORM sees the change.
-    row.tags = {"Tags": _at_most([{"Key": k, "Value": v} for k, v in merged.items()])}
+    row.tags = {"Tags": _at_most(tag_rules.merged(row.tags.get("Tags", []), _checked_tags(tags)))}
     session.flush()
     return {}
 
@@ -269,8 +268,7 @@ def untag(
     session: Session, account_id: str, region: str, arn: str, keys: Sequence[str]
 ) -> dict[str, Any]:
     row = _by_arn(session, account_id, region, arn)
-    gone = set(keys)
-    row.tags = {"Tags": [t for t in row.tags.get("Tags", []) if t["Key"] not in gone]}
+    row.tags = {"Tags": tag_rules.without(row.tags.get("Tags", []), keys)}
     session.flush()
     return {}
 

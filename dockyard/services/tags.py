@@ -11,13 +11,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from dockyard.domain import tags as tag_rules
 from dockyard.services.errors import ValidationException
 from dockyard.store.scoped import owned
 from dockyard.store.tables import Cluster, TrainingJob, TrainingPlan
 
 Tagged = TrainingPlan | TrainingJob | Cluster
-
-MAX_TAGS = 50
 
 
 def _holder(session: Session, account_id: str, region: str, arn: str) -> Tagged:
@@ -58,11 +57,9 @@ def add_tags(
     session: Session, account_id: str, region: str, arn: str, tags: list[dict[str, str]]
 ) -> dict[str, Any]:
     row = _holder(session, account_id, region, arn)
-    merged = {t["Key"]: t["Value"] for t in _get(row)}
-    merged.update({t["Key"]: t["Value"] for t in tags})
-    if len(merged) > MAX_TAGS:
-        raise ValidationException(f"A resource may carry at most {MAX_TAGS} tags")
-    result = [{"Key": k, "Value": v} for k, v in merged.items()]
+    result = tag_rules.merged(_get(row), tags)
+    if len(result) > tag_rules.MAX_TAGS:
+        raise ValidationException(f"A resource may carry at most {tag_rules.MAX_TAGS} tags")
     _set(row, result)
     return {"Tags": result}
 
@@ -71,5 +68,5 @@ def delete_tags(
     session: Session, account_id: str, region: str, arn: str, keys: list[str]
 ) -> dict[str, Any]:
     row = _holder(session, account_id, region, arn)
-    _set(row, [t for t in _get(row) if t["Key"] not in set(keys)])
+    _set(row, tag_rules.without(_get(row), keys))
     return {}
